@@ -1,0 +1,163 @@
+"""Plain data types shared by runners, search, store and reports. No behaviour beyond (de)serialisation.
+
+Metric names follow `sglang.bench_serving` (output_throughput, p99_ttft_ms, ...) so result files keep the
+producer's names. Every record carries `schema` so readers can evolve.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+# Failure classes (issue 3): what a failed launch or level means for the search.
+CrashClass = Literal[
+    "config_error",      # deterministic for these flags (argparse exit 2, startup OOM, ...): infeasible
+    "load_crash",        # died under load at a given concurrency level
+    "flaky",             # nondeterministic (NCCL timeout, autotune race): one retry on a clean host
+    "hang",              # no token progress with requests in flight / watchdog
+    "startup_timeout",   # never became ready within the phase deadlines
+    "infra",             # not the config's fault (link lost, dirty host): retried, never told to the sampler
+]
+CRASH_CLASSES: tuple[str, ...] = ("config_error", "load_crash", "flaky", "hang", "startup_timeout", "infra")
+
+LevelStatus = Literal["ok", "crashed", "failed", "pruned", "skipped"]
+TrialStatus = Literal["ok", "crashed", "infra", "pruned", "running", "dry_run"]
+
+# The latency metrics of sglang.bench_serving, with the stats it reports for each.
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
+LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
+
+
+def metric_key(stat: str, metric: str) -> str:
+    """`metric_key("p99", "ttft") == "p99_ttft_ms"` — SGLang's naming."""
+    return f"{stat}_{metric}_ms"
+
+
+@dataclass
+class CrashInfo:
+    cls: str                      # one of CRASH_CLASSES
+    signature: str                # catalog id, e.g. "page_table_1_flattened", "cuda_oom_startup", "unknown"
+    phase: str                    # "startup" | "load" | "teardown"
+    level: int | None = None      # concurrency level at which it happened (load phase)
+    exception_line: str = ""      # e.g. "AttributeError: 'PrefillMetadata' object has no attribute ..."
+    traceback_excerpt: str = ""   # last lines of the traceback
+    exit_code: int | None = None  # server wrapper's exit code when known (137 = SIGKILL)
+    detect_latency_s: float | None = None  # first traceback line written -> detected
+    log_offset: int | None = None  # byte offset of the first traceback line in server.log
+    message: str = ""             # one human line
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> CrashInfo | None:
+        return None if not d else cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class LevelResult:
+    concurrency: int
+    status: str                               # LevelStatus
+    workload: str = "random"
+    metrics: dict[str, float] = field(default_factory=dict)  # SGLang names: output_throughput, p99_ttft_ms, ...
+    completed: int = 0
+    failed_requests: int = 0
+    duration_s: float = 0.0
+    client_bound: bool = False
+    crash: CrashInfo | None = None
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def output_throughput(self) -> float:
+        return float(self.metrics.get("output_throughput", 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["crash"] = self.crash.to_dict() if self.crash else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LevelResult:
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        kw["crash"] = CrashInfo.from_dict(d.get("crash"))
+        return cls(**kw)
+
+
+@dataclass
+class LaunchPlan:
+    """Everything needed to reproduce a launch by hand."""
+
+    argv: list[str]                       # full command-line equivalent, e.g. [python, -m, sglang.launch_server, ...]
+    config: dict[str, Any]                # SGLang --config YAML content (flag names without dashes)
+    env: dict[str, str]                   # environment the server gets (secrets redacted when stored)
+    exec_argv: list[str] = field(default_factory=list)  # what actually runs: [python, -m, ..., --config, file]
+    patches: list[str] = field(default_factory=list)    # patch ids in effect
+    port: int = 30000
+    host: str = "127.0.0.1"
+    run_id: str = ""
+    trial_dir: str = ""                   # on the GPU host
+    params: dict[str, Any] = field(default_factory=dict)  # the search-space values that produced this plan
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LaunchPlan:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class TrialResult:
+    trial: int                                  # trial number within the study (or sweep index)
+    status: str                                 # TrialStatus
+    params: dict[str, Any] = field(default_factory=dict)
+    levels: list[LevelResult] = field(default_factory=list)
+    crash: CrashInfo | None = None
+    launch: LaunchPlan | None = None
+    ready_s: float | None = None                # launch -> ready
+    startup_phases: dict[str, float] = field(default_factory=dict)  # milestone -> seconds since launch
+    teardown: dict[str, Any] = field(default_factory=dict)  # {"verdict": "clean"|"dirty", "seconds": .., ...}
+    host: str = "local"
+    sglang_version: str = ""
+    patch_hashes: dict[str, str] = field(default_factory=dict)
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    wall_s: float = 0.0
+    saved_s: float = 0.0                        # time saved by pruning / early stop (estimated)
+    role: str = "search"                        # "baseline" | "search" | "finalist" | "sweep"
+    attempt: int = 1
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def stable_levels(self) -> list[LevelResult]:
+        return [lv for lv in self.levels if lv.status == "ok"]
+
+    @property
+    def best_output_throughput(self) -> float:
+        return max((lv.output_throughput for lv in self.stable_levels), default=0.0)
+
+    @property
+    def max_stable_concurrency(self) -> int:
+        return max((lv.concurrency for lv in self.stable_levels), default=0)
+
+    @property
+    def crashed_level(self) -> int | None:
+        return self.crash.level if self.crash else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["levels"] = [lv.to_dict() for lv in self.levels]
+        d["crash"] = self.crash.to_dict() if self.crash else None
+        d["launch"] = self.launch.to_dict() if self.launch else None
+        d["best_output_throughput"] = self.best_output_throughput
+        d["max_stable_concurrency"] = self.max_stable_concurrency
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        kw["levels"] = [LevelResult.from_dict(x) for x in d.get("levels", [])]
+        kw["crash"] = CrashInfo.from_dict(d.get("crash"))
+        kw["launch"] = LaunchPlan.from_dict(d["launch"]) if d.get("launch") else None
+        return cls(**kw)

@@ -1,0 +1,340 @@
+"""Profiles: strict YAML config (pydantic v2, unknown keys rejected).
+
+Precedence: model defaults, then the YAML file, then CLI overrides (`--set`). A bad profile raises
+`ProfileError`, which the CLI prints as one line naming file, field (with line), value and valid choices.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tunectl.errors import ProfileError
+
+DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(Strict):
+    path: str
+    served_name: str | None = None
+    tokenizer: str | None = None          # for the real bench_serving client; defaults to path
+
+
+class HostSpec(Strict):
+    kind: Literal["local", "ssh"] = "local"
+    address: str | None = None            # ssh: a host name or a ~/.ssh/config alias
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None        # extra known_hosts file; ~/.ssh/known_hosts is always read
+    proxy_jump: str | None = None
+    ssh_config: str | None = None         # default ~/.ssh/config
+    connect_timeout_s: float = 15.0
+    workdir: str = "/tmp/tunectl"         # trial directories live under here on the host
+    gpus: list[int] | None = None         # CUDA_VISIBLE_DEVICES; None = all
+    gpu_clean_mib: int = 1024             # a GPU using more than this before launch = dirty host
+    min_free_disk_gb: float = 5.0
+
+    @model_validator(mode="after")
+    def _ssh_needs_address(self) -> HostSpec:
+        if self.kind == "ssh" and not self.address:
+            raise ValueError("host.kind 'ssh' needs host.address (a host name or ~/.ssh/config alias)")
+        return self
+
+
+class SimSpec(Strict):
+    card: str = "glm5-nvfp4-8x-rtx-pro-6000"   # a name under sim/cards/ or a path to a YAML file
+    time_scale: float = Field(0.01, gt=0, le=1.0)  # wall seconds per modeled second
+    seed: int = 0
+
+
+class Timeouts(Strict):
+    """Per-phase deadlines (modeled seconds are scaled for the stand-in)."""
+
+    launch_s: float = 120.0               # first log line
+    load_weights_s: float = 1800.0        # `Load weight begin` -> `Load weight end`
+    memory_pool_s: float = 600.0
+    cuda_graph_s: float = 1200.0
+    autotune_s: float = 1200.0
+    ready_s: float = 600.0                # last milestone -> ready
+    level_s: float = 900.0                # one concurrency level
+    hang_s: float = 60.0                  # no token progress with requests in flight
+    teardown_grace_s: float = 30.0        # TERM -> KILL
+    port_release_s: float = 120.0
+    gpu_release_s: float = 120.0
+
+
+class ServerSpec(Strict):
+    engine: Literal["sim", "sglang"] = "sim"
+    python: str = "python3"
+    sglang_version: str = "0.5.9"
+    host: str = "127.0.0.1"
+    port: int = Field(30000, ge=1024, le=65535)
+    flags: dict[str, Any] = Field(default_factory=dict)   # SGLang flag names without dashes
+    env: dict[str, str] = Field(default_factory=dict)
+    patches: list[str] = Field(default_factory=list)      # bundled patch ids always applied
+    sim: SimSpec = Field(default_factory=SimSpec)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @model_validator(mode="after")
+    def _no_secrets_in_flags(self) -> ServerSpec:
+        for key in ("api-key", "api_key", "admin-api-key"):
+            if key in self.flags:
+                raise ValueError(f"server.flags.{key}: put secrets in the environment "
+                                 "(server.env: {SGLANG_API_KEY: ${SGLANG_API_KEY}}), not in a profile")
+        return self
+
+
+class ParamSpec(Strict):
+    """One search-space knob. Targets exactly one of: an SGLang flag (default: the knob's name), a bundled
+    patch (bool knob: applied or not), or an environment variable."""
+
+    type: Literal["categorical", "int", "float", "bool"]
+    flag: str | None = None
+    patch: str | None = None
+    env: str | None = None
+    choices: list[Any] | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    when: dict[str, Any] = Field(default_factory=dict)   # only sampled when these knobs have these values
+    default: Any = None                                   # value in the baseline (trial 0); None = base flags
+
+    @model_validator(mode="after")
+    def _check(self) -> ParamSpec:
+        if sum(x is not None for x in (self.flag, self.patch, self.env)) > 1:
+            raise ValueError("a knob targets one of flag, patch or env, not several")
+        if self.patch is not None and self.type != "bool":
+            raise ValueError("a patch knob must have type 'bool'")
+        if self.type == "categorical" and not self.choices:
+            raise ValueError("type 'categorical' needs a non-empty 'choices' list")
+        if self.type in ("int", "float") and self.choices is None:
+            if self.low is None or self.high is None:
+                raise ValueError(f"type '{self.type}' needs 'low' and 'high' (or 'choices')")
+            if not self.low <= self.high:
+                raise ValueError(f"low <= high must hold, but got (low={self.low}, high={self.high})")
+            if self.log and self.low <= 0:
+                raise ValueError(f"log scale needs low > 0, got low={self.low}")
+        return self
+
+
+class Finalists(Strict):
+    top_k: int = Field(3, ge=0)
+    reruns: int = Field(2, ge=0)
+
+
+class Pruning(Strict):
+    enabled: bool = True
+    min_levels: int = Field(3, ge=1)        # never prune before this many levels
+    margin: float = Field(0.5, gt=0, le=1)  # prune when below margin x best seen at the same level
+
+
+class SearchSpec(Strict):
+    space: dict[str, ParamSpec] = Field(default_factory=dict)
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    seed: int | None = 0
+    trials: int = Field(40, ge=1)
+    finalists: Finalists = Field(default_factory=Finalists)
+    pruning: Pruning = Field(default_factory=Pruning)
+    flaky_retries: int = Field(1, ge=0)
+    infra_retries: int = Field(2, ge=0)
+
+    @model_validator(mode="after")
+    def _when_refers_to_knobs(self) -> SearchSpec:
+        for name, spec in self.space.items():
+            for other in spec.when:
+                if other not in self.space:
+                    raise ValueError(f"search.space.{name}.when: {other!r} is not a knob; "
+                                     f"valid: {sorted(self.space)}")
+        return self
+
+
+class WorkloadSpec(Strict):
+    kind: Literal["random", "shared_prefix", "long_prompt"] = "random"
+    input_len: int = Field(256, ge=1)
+    output_len: int = Field(128, ge=1)
+    range_ratio: float = Field(1.0, gt=0, le=1)   # like bench_serving --random-range-ratio
+    shared_prefix_len: int = Field(2048, ge=0)    # shared_prefix: the common system prompt length
+    prompts_per_level: int = Field(2, ge=1)       # requests per level = max(min_prompts, this x concurrency)
+    min_prompts: int = Field(16, ge=1)
+    warmup_requests: int = Field(2, ge=0)
+    seed: int = 1
+
+
+class BenchSpec(Strict):
+    levels: list[int] = Field(default_factory=lambda: list(DEFAULT_LEVELS))
+    workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec()])
+    client: Literal["builtin", "bench_serving"] = "builtin"
+    backend: Literal["sglang", "sglang-oai"] = "sglang"
+    saturation_stop: float | None = None          # stop the ladder when gain over the last level < this share
+    request_timeout_s: float = 600.0
+
+    @model_validator(mode="after")
+    def _levels_sorted(self) -> BenchSpec:
+        if not self.levels or any(x < 1 for x in self.levels):
+            raise ValueError(f"levels must be positive integers, got {self.levels}")
+        if self.levels != sorted(set(self.levels)):
+            raise ValueError(f"levels must be strictly increasing, got {self.levels}")
+        return self
+
+
+class Objective(Strict):
+    metric: Literal["output_throughput", "total_throughput", "request_throughput"] = "output_throughput"
+    slo: dict[Literal["p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_latency_ms",
+                      "median_ttft_ms", "median_tpot_ms"], float] = Field(default_factory=dict)
+    multi_objective: bool = False                 # throughput vs p99 TTFT (Pareto)
+
+
+class Reference(Strict):
+    """A reported result to compare against (e.g. the K2-Thinking reference run)."""
+
+    output_throughput: float
+    concurrency: int | None = None
+    note: str = ""
+
+
+class Profile(Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    host: HostSpec = Field(default_factory=HostSpec)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    bench: BenchSpec = Field(default_factory=BenchSpec)
+    objective: Objective = Field(default_factory=Objective)
+    reference: Reference | None = None
+
+    # filled by load_profile, not part of the YAML
+    source: str = Field("", exclude=True)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Walk a composed YAML node tree along a pydantic error location; return a 1-based line."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if k.value == str(part)), None)
+            if nxt is None:
+                key = next((k for k, _ in node.value if k.value == str(part)), None)
+                return key.start_mark.line + 1 if key is not None else line
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
+    for part in loc:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def _problem(err: dict[str, Any]) -> str:
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        return "unknown key"
+    if err["type"] == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        return f"must be one of {expected}"
+    return msg.removeprefix("Value error, ")
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # pydantic appends the literal/union member name to some locations; keep the data path only
+    return tuple(p for p in loc if not (isinstance(p, str) and (p.startswith("literal[") or p in ("str", "int"))))
+
+
+def profile_error(file: str, exc: ValidationError, data: Any, root: yaml.Node | None) -> ProfileError:
+    err = exc.errors()[0]
+    loc = _clean_loc(tuple(err["loc"]))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    value = _value_at(data, loc)
+    problem = _problem(err)
+    if err["type"] == "extra_forbidden":
+        parent = _value_at(data, loc[:-1])
+        model = _model_at(loc[:-1])
+        if model is not None and isinstance(parent, dict):
+            problem += f"; valid keys: {', '.join(sorted(model.model_fields))}"
+    return ProfileError(file, field, value, problem, _line_of(root, loc))
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: Any = Profile
+    for part in loc:
+        fld = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
+        if fld is None:
+            # dict[str, ParamSpec] entries
+            if model is SearchSpec or model is ParamSpec:
+                model = ParamSpec
+                continue
+            return None
+        ann = fld.annotation
+        args = getattr(ann, "__args__", ())
+        cand = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not cand and args:
+            cand = [a for a in getattr(args[-1], "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = cand[0] if cand else None
+        if model is None:
+            return None
+    return model
+
+
+def load_profile(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> Profile:
+    """Load and validate a profile file. `overrides` are dotted paths (`server.port`) applied after YAML."""
+    file = str(path)
+    try:
+        text = Path(file).read_text()
+    except OSError as e:
+        raise ProfileError(file, "(file)", file, f"cannot read: {e.strerror}") from None
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ProfileError(file, "(yaml)", None, f"not valid YAML: {getattr(e, 'problem', e)}",
+                           mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise ProfileError(file, "(top level)", data, "a profile is a YAML mapping")
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted.split("."), value)
+    try:
+        prof = Profile.model_validate(data)
+    except ValidationError as e:
+        raise profile_error(file, e, data, root) from None
+    prof.source = file
+    return prof
+
+
+def _set_dotted(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    for p in parts[:-1]:
+        data = data.setdefault(p, {})
+    data[parts[-1]] = value
+
+
+def default_profile_path() -> Path:
+    """The embedded default: profiles/sim-glm5.yaml in a checkout, else the packaged copy."""
+    from tunectl import REPO_ROOT
+
+    for cand in (Path("profiles/sim-glm5.yaml"), Path(REPO_ROOT) / "profiles" / "sim-glm5.yaml",
+                 Path(__file__).parent / "profiles" / "sim-glm5.yaml"):
+        if cand.is_file():
+            return cand
+    return Path("profiles/sim-glm5.yaml")
