@@ -1,0 +1,171 @@
+"""The results store: versioned JSON files under results/<study>/, written atomically.
+
+Layout (every file readable on its own; an interrupted run leaves readable results):
+
+    results/<study>/study.json                  what ran: profile (secrets redacted), kind (search|sweep), times
+    results/<study>/trials/<n>/trial.json       TrialResult.to_dict() (written at start, updated per level, final)
+    results/<study>/trials/<n>/launch.json      LaunchPlan: argv (full command-line equivalent), config, env
+    results/<study>/trials/<n>/config.yaml      the SGLang --config file as launched
+    results/<study>/trials/<n>/levels/<workload>-c<concurrency>.json   LevelResult.to_dict()
+    results/<study>/trials/<n>/server.log       the server log (copied back from the host, redacted)
+    results/<study>/best.json                   the winner: trial number, argv, config, ladder
+    results/<study>/study.db                    Optuna SQLite storage (search only)
+    results/<study>/report.html                 tunectl report
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tunectl.models import SCHEMA_VERSION, LaunchPlan, LevelResult, TrialResult
+
+DEFAULT_ROOT = Path("results")
+_SECRET_KEYS = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no Infinity/NaN: store them as null so strict parsers (browsers, jq) read our files."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(_finite(obj), indent=2, sort_keys=False, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: ("<redacted>" if _SECRET_KEYS.search(k) else v) for k, v in env.items()}
+
+
+_LOG_SECRET = re.compile(r"((?:api_key|admin_api_key)\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
+_ARGV_SECRET = re.compile(r"(--(?:admin-)?api-key[= ])(\S+)")
+
+
+def redact_text(text: str) -> str:
+    """Strip secrets SGLang prints in clear (server_args=..., launch_command)."""
+    return _ARGV_SECRET.sub(r"\1<redacted>", _LOG_SECRET.sub(r"\1'<redacted>'", text))
+
+
+class StudyStore:
+    """Files of one study (or sweep) under root/<name>/."""
+
+    def __init__(self, name: str, root: Path | str = DEFAULT_ROOT):
+        self.name = name
+        self.root = Path(root)
+        self.dir = self.root / name
+
+    def trial_dir(self, n: int) -> Path:
+        return self.dir / "trials" / str(n)
+
+    def write_study(self, info: dict[str, Any]) -> None:
+        write_json(self.dir / "study.json", {"schema": SCHEMA_VERSION, "name": self.name, **info})
+
+    def read_study(self) -> dict[str, Any]:
+        p = self.dir / "study.json"
+        return read_json(p) if p.exists() else {}
+
+    def write_trial(self, t: TrialResult) -> None:
+        d = t.to_dict()
+        if d.get("launch"):
+            d["launch"]["env"] = redact_env(d["launch"]["env"])
+        write_json(self.trial_dir(t.trial) / "trial.json", d)
+
+    def write_launch(self, n: int, plan: LaunchPlan, config_yaml: str) -> None:
+        d = plan.to_dict()
+        d["env"] = redact_env(plan.env)
+        write_json(self.trial_dir(n) / "launch.json", d)
+        atomic_write(self.trial_dir(n) / "config.yaml", config_yaml)
+
+    def write_level(self, n: int, lv: LevelResult) -> None:
+        write_json(self.trial_dir(n) / "levels" / f"{lv.workload}-c{lv.concurrency}.json", lv.to_dict())
+
+    def write_log(self, n: int, text: str) -> None:
+        atomic_write(self.trial_dir(n) / "server.log", redact_text(text))
+
+    def log_path(self, n: int) -> Path:
+        return self.trial_dir(n) / "server.log"
+
+    def trial_numbers(self) -> list[int]:
+        base = self.dir / "trials"
+        if not base.is_dir():
+            return []
+        return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit() and (p / "trial.json").exists())
+
+    def read_trial(self, n: int) -> TrialResult:
+        return TrialResult.from_dict(read_json(self.trial_dir(n) / "trial.json"))
+
+    def trials(self) -> list[TrialResult]:
+        out = []
+        for n in self.trial_numbers():
+            try:
+                out.append(self.read_trial(n))
+            except (ValueError, OSError):
+                continue  # a torn file from a killed run: skip, never crash the reader
+        return out
+
+    def write_best(self, info: dict[str, Any]) -> None:
+        write_json(self.dir / "best.json", {"schema": SCHEMA_VERSION, **info})
+
+    def read_best(self) -> dict[str, Any] | None:
+        p = self.dir / "best.json"
+        return read_json(p) if p.exists() else None
+
+
+def list_studies(root: Path | str = DEFAULT_ROOT) -> list[str]:
+    r = Path(root)
+    if not r.is_dir():
+        return []
+    return sorted((p.name for p in r.iterdir() if (p / "study.json").exists()),
+                  key=lambda name: (r / name / "study.json").stat().st_mtime)
+
+
+def load_frames(store: StudyStore) -> dict[str, Any]:
+    """pandas tables of a study: trials (one row per trial, params flattened) and levels (one row per
+    trial x workload x level, SGLang metric names as columns)."""
+    import pandas as pd
+
+    trows, lrows = [], []
+    for t in store.trials():
+        row = {"trial": t.trial, "status": t.status, "role": t.role, "attempt": t.attempt,
+               "best_output_throughput": t.best_output_throughput,
+               "max_stable_concurrency": t.max_stable_concurrency,
+               "crash_class": t.crash.cls if t.crash else None,
+               "crash_signature": t.crash.signature if t.crash else None,
+               "crashed_level": t.crashed_level, "ready_s": t.ready_s, "wall_s": t.wall_s,
+               "host": t.host, "sglang_version": t.sglang_version}
+        row.update({f"param.{k}": v for k, v in t.params.items()})
+        trows.append(row)
+        for lv in t.levels:
+            lrows.append({"trial": t.trial, "workload": lv.workload, "concurrency": lv.concurrency,
+                          "status": lv.status, "completed": lv.completed, "client_bound": lv.client_bound,
+                          **lv.metrics})
+    return {"trials": pd.DataFrame(trows), "levels": pd.DataFrame(lrows)}
