@@ -1,0 +1,1 @@
+"""Bundled SGLang source patches (package data): see manifest.yaml."""
