@@ -1,0 +1,192 @@
+"""Report data: pure functions from a study's results to plain dicts. Rendering lives in figures.py/render.py.
+
+Everything here reads; nothing runs. Metric names are SGLang's (output_throughput, p99_ttft_ms, ...).
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunectl.models import LevelResult, TrialResult
+from tunectl.store import StudyStore, read_json
+
+FINISHED = ("ok", "crashed", "pruned")
+LATENCY_KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+
+
+@dataclass
+class StudyData:
+    name: str
+    study: dict[str, Any]
+    trials: list[TrialResult]
+    best: dict[str, Any] | None
+    launches: dict[int, dict[str, Any]] = field(default_factory=dict)  # trial -> launch.json
+    reference: dict[str, Any] | None = None        # {"output_throughput", "concurrency", "note", "label"}
+    study_db: Path | None = None
+
+
+def _merge_level_files(store: StudyStore, t: TrialResult) -> None:
+    """A running trial's trial.json may lag its levels/*.json: take the per-level files when they know more."""
+    ldir = store.trial_dir(t.trial) / "levels"
+    if not ldir.is_dir():
+        return
+    known = {(lv.workload, lv.concurrency) for lv in t.levels}
+    for p in sorted(ldir.glob("*.json")):
+        try:
+            lv = LevelResult.from_dict(read_json(p))
+        except (ValueError, OSError, TypeError):
+            continue
+        if (lv.workload, lv.concurrency) not in known:
+            t.levels.append(lv)
+    t.levels.sort(key=lambda lv: (lv.workload, lv.concurrency))
+
+
+def load_study(store: StudyStore, reference: dict[str, Any] | None = None) -> StudyData:
+    trials = store.trials()
+    launches = {}
+    for t in trials:
+        _merge_level_files(store, t)
+        lp = store.trial_dir(t.trial) / "launch.json"
+        if lp.exists():
+            launches[t.trial] = read_json(lp)
+        elif t.launch is not None:
+            launches[t.trial] = t.launch.to_dict()
+    study = store.read_study()
+    ref = reference or _profile_reference(study)
+    db = store.dir / "study.db"
+    return StudyData(store.name, study, trials, store.read_best(), launches, ref, db if db.exists() else None)
+
+
+def _profile_reference(study: dict[str, Any]) -> dict[str, Any] | None:
+    prof = study.get("profile") or {}
+    ref = prof.get("reference") if isinstance(prof, dict) else None
+    if not ref:
+        return None
+    return {**ref, "label": ref.get("note") or f"reference ({prof.get('name', 'profile')})"}
+
+
+# ------------------------------------------------------------------------------------------ best & peaks
+
+def peak_level(t: TrialResult) -> LevelResult | None:
+    """The stable level with the highest output throughput."""
+    return max(t.stable_levels, key=lambda lv: lv.output_throughput, default=None)
+
+
+def rank_trials(trials: list[TrialResult]) -> list[TrialResult]:
+    """Trials with at least one stable level, best output throughput first."""
+    ranked = [t for t in trials if t.stable_levels]
+    return sorted(ranked, key=lambda t: (-t.best_output_throughput, t.trial))
+
+
+def best_trial(data: StudyData) -> TrialResult | None:
+    """The study's winner: best.json's trial when written, else the best stable trial that finished ok."""
+    by_num = {t.trial: t for t in data.trials}
+    if data.best and data.best.get("trial") in by_num:
+        return by_num[data.best["trial"]]
+    ok = [t for t in rank_trials(data.trials) if t.status == "ok"]
+    return ok[0] if ok else None
+
+
+def launch_argv(data: StudyData, n: int) -> list[str]:
+    launch = data.launches.get(n) or {}
+    if launch.get("argv"):
+        return list(launch["argv"])
+    if data.best and data.best.get("trial") == n and data.best.get("argv"):
+        return list(data.best["argv"])
+    return []
+
+
+def baseline_trial(trials: list[TrialResult]) -> TrialResult | None:
+    return next((t for t in sorted(trials, key=lambda t: t.trial) if t.role == "baseline"), None)
+
+
+def summary(data: StudyData) -> dict[str, Any]:
+    best = best_trial(data)
+    counts: dict[str, int] = {}
+    for t in data.trials:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    out: dict[str, Any] = {"study": data.name, "kind": data.study.get("kind", "search"),
+                           "trials": len(data.trials), "status_counts": counts, "best": None,
+                           "reference": data.reference}
+    base = baseline_trial(data.trials)
+    out["baseline"] = ({"trial": base.trial, "output_throughput": base.best_output_throughput}
+                       if base else None)
+    if best is None:
+        return out
+    peak = peak_level(best)
+    argv = launch_argv(data, best.trial)
+    out["best"] = {
+        "trial": best.trial, "role": best.role, "status": best.status, "params": dict(best.params),
+        "output_throughput": best.best_output_throughput,
+        "concurrency": peak.concurrency if peak else None,
+        "max_stable_concurrency": best.max_stable_concurrency,
+        "latencies": {k: peak.metrics.get(k) for k in LATENCY_KEYS} if peak else {},
+        "command": shlex.join(argv) if argv else "", "argv": argv,
+        "host": best.host, "sglang_version": best.sglang_version, "patch_hashes": dict(best.patch_hashes)}
+    if base and base.best_output_throughput > 0:
+        out["best"]["speedup_vs_baseline"] = best.best_output_throughput / base.best_output_throughput
+    return out
+
+
+# ------------------------------------------------------------------------------------------ curves
+
+def _label(t: TrialResult) -> str:
+    return f"#{t.trial} {t.role}" + ("" if t.status == "ok" else f" ({t.status})")
+
+
+def top_trials(trials: list[TrialResult], top: int = 5) -> list[TrialResult]:
+    """The top configs by throughput (one per params: reruns collapse), plus the baseline."""
+    chosen: list[TrialResult] = []
+    seen: set[str] = set()
+    for t in rank_trials(trials):
+        key = repr(sorted(t.params.items()))
+        if key not in seen and len(chosen) < top:
+            chosen.append(t)
+            seen.add(key)
+    base = baseline_trial(trials)
+    if base is not None and base not in chosen:
+        chosen.append(base)
+    return chosen
+
+
+def curve(t: TrialResult) -> dict[str, Any]:
+    ok = sorted(t.stable_levels, key=lambda lv: lv.concurrency)
+    return {"trial": t.trial, "label": _label(t), "role": t.role, "status": t.status,
+            "concurrency": [lv.concurrency for lv in ok],
+            "output_throughput": [lv.output_throughput for lv in ok],
+            "crashed_at": t.crashed_level,
+            **{k: [lv.metrics.get(k) for lv in ok] for k in LATENCY_KEYS}}
+
+
+def throughput_curves(data: StudyData, top: int = 5) -> dict[str, Any]:
+    return {"curves": [curve(t) for t in top_trials(data.trials, top)], "reference": data.reference}
+
+
+def history(trials: list[TrialResult]) -> list[dict[str, Any]]:
+    """One row per trial in order, with the running best of stable throughput; crashes marked."""
+    rows, running = [], 0.0
+    for t in sorted(trials, key=lambda t: (t.started_at or 0.0, t.trial)):
+        running = max(running, t.best_output_throughput if t.status in ("ok", "crashed") else 0.0)
+        rows.append({"trial": t.trial, "status": t.status, "role": t.role,
+                     "output_throughput": t.best_output_throughput, "running_best": running,
+                     "crash_class": t.crash.cls if t.crash else None,
+                     "crashed_at": t.crashed_level, "params": dict(t.params)})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ pareto
+
+def pareto(trials: list[TrialResult]) -> dict[str, Any]:
+    """All stable (trial, level) operating points, and the front: no other point has both more
+    throughput and a lower p99 TTFT."""
+    pts = [{"trial": t.trial, "concurrency": lv.concurrency, "output_throughput": lv.output_throughput,
+            "p99_ttft_ms": float(lv.metrics["p99_ttft_ms"]), "label": _label(t)}
+           for t in trials for lv in t.stable_levels if lv.metrics.get("p99_ttft_ms") is not None]
+    front, best_tp = [], -1.0
+    for p in sorted(pts, key=lambda p: (p["p99_ttft_ms"], -p["output_throughput"])):
+        if p["output_throughput"] > best_tp:
+            front.append(p)
+            best_tp = p["output_throughput"]
+    return {"points": pts, "front": front}

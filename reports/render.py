@@ -1,0 +1,130 @@
+"""The HTML report: compute every section's data (`compute`), then render one self-contained page (`render`):
+plotly.js inline, no network access, opens offline in any browser."""
+from __future__ import annotations
+
+import html
+import json
+import time
+from typing import Any
+
+from plotly.offline import get_plotlyjs
+
+from tunectl.reports import figures
+from tunectl.reports.data import StudyData, best_trial, baseline_trial, history, pareto, summary, throughput_curves
+from tunectl.reports.importance import importance
+from tunectl.reports.tables import crash_map, finalists, trial_rows
+
+
+def flag_diff(data: StudyData) -> list[dict[str, Any]]:
+    """The winner's SGLang flags next to the baseline's and the reference profile's (when known)."""
+    from tunectl.reports.compare import norm_flag
+
+    best, base = best_trial(data), baseline_trial(data.trials)
+    cols = {"best": best, "baseline": base}
+    flags = {k: {norm_flag(f): v for f, v in (data.launches.get(t.trial, {}).get("config") or {}).items()}
+             for k, t in cols.items() if t is not None}
+    if data.reference and data.reference.get("flags"):
+        flags["reference"] = {norm_flag(f): v for f, v in data.reference["flags"].items()}
+    names = sorted({f for d in flags.values() for f in d})
+    rows = [{"flag": f, **{k: d.get(f) for k, d in flags.items()}} for f in names]
+    return [r for r in rows if len({json.dumps(r.get(k), default=str) for k in flags}) > 1]
+
+
+def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
+    return {"summary": summary(data), "throughput": throughput_curves(data), "history": history(data.trials),
+            "importance": importance(data.trials, data.study_db), "crash_map": crash_map(data.trials),
+            "pareto": pareto(data.trials), "finalists": finalists(data.trials),
+            "flag_diff": flag_diff(data), "trials": trial_rows(data, log_prefix)}
+
+
+def _e(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return html.escape("" if v is None else str(v))
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str], cls: str = "") -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{r.get(c, '') if c == 'log' else _e(r.get(c))}</td>" for c in cols)
+                   + "</tr>" for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _summary_html(s: dict[str, Any]) -> str:
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(s["status_counts"].items()))
+    parts = [f"<p>Study <b>{_e(s['study'])}</b> ({_e(s['kind'])}): {s['trials']} trial(s): {_e(counts)}.</p>"]
+    b = s["best"]
+    if b is None:
+        return "".join(parts) + "<p>No stable configuration yet.</p>"
+    lat = ", ".join(f"{k} {_e(v)}" for k, v in b["latencies"].items() if v is not None)
+    speed = f" ({b['speedup_vs_baseline']:.2f}x the baseline)" if b.get("speedup_vs_baseline") else ""
+    ref = s.get("reference")
+    ref_txt = (f"<li>reference: {_e(ref.get('label'))}: {_e(float(ref['output_throughput']))} tok/s</li>"
+               if ref and ref.get("output_throughput") else "")
+    patches = ", ".join(f"{k} {v[:12]}" for k, v in b["patch_hashes"].items()) or "none"
+    parts.append(
+        f"<ul><li>best stable: trial <b>#{b['trial']}</b> ({_e(b['role'])}): "
+        f"<b>{_e(b['output_throughput'])} output tok/s</b> at concurrency {_e(b['concurrency'])}{speed}; "
+        f"stable up to {_e(b['max_stable_concurrency'])}</li><li>latencies at that level: {lat}</li>"
+        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'])}, patches: {_e(patches)}</li>{ref_txt}</ul>"
+        f"<p>Launch command:</p><pre class='cmd'>{_e(b['command'])}</pre>")
+    return "".join(parts)
+
+
+def _figures(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    out = [("throughput", "Throughput vs concurrency", figures.throughput_figure(r["throughput"])),
+           ("latency", "Latency vs concurrency", figures.latency_figure(r["throughput"])),
+           ("history", "Optimization history", figures.history_figure(r["history"]))]
+    if r["importance"]["values"]:
+        out.append(("importance", "Parameter importance", figures.importance_figure(r["importance"])))
+    if r["crash_map"]["cells"]:
+        out.append(("crashmap", "Crash map", figures.crash_map_figure(r["crash_map"])))
+    if r["pareto"]["points"]:
+        out.append(("pareto", "Pareto front", figures.pareto_figure(r["pareto"])))
+    return out
+
+
+def _fig_html(key: str, title: str, fig: Any) -> str:
+    div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{key}",
+                      config={"displaylogo": False, "responsive": True})
+    return f'<section id="{key}"><h2>{_e(title)}</h2>{div}</section>'
+
+
+def _tables_html(r: dict[str, Any]) -> str:
+    crashes = r["crash_map"]["crashes"]
+    fin = [{**g, "runs": " / ".join(f"#{x['trial']} {x['output_throughput']:,.0f}" for x in g["runs"])}
+           for g in r["finalists"]]
+    rows = [{**t, "log": f'<a href="{html.escape(t["log"])}">server.log</a>'} for t in r["trials"]]
+    diff_cols = ["flag"] + [c for c in ("best", "baseline", "reference") if any(c in d for d in r["flag_diff"])]
+    return (
+        "<section id='flags'><h2>Winner vs baseline and reference (differing flags)</h2>"
+        + (_table(r["flag_diff"], diff_cols) if r["flag_diff"] else "<p>No differences recorded.</p>")
+        + "</section><section id='crashes'><h2>Crashes</h2>"
+        + (_table(crashes, ["trial", "class", "signature", "phase", "level", "exception_line", "params"])
+           if crashes else "<p>No crashes.</p>")
+        + "</section><section id='finalists'><h2>Finalists and reruns</h2>"
+        + (_table(fin, ["params", "search_trial", "runs", "ok_runs", "mean_output_throughput",
+                        "min_output_throughput", "max_output_throughput"]) if fin else "<p>No finalists yet.</p>")
+        + "</section><section id='all-trials'><h2>All trials</h2>"
+        + _table(rows, ["trial", "role", "status", "params", "output_throughput", "peak_concurrency",
+                        "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"], "trials")
+        + "</section>")
+
+
+CSS = ("body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222}"
+       "h1{font-size:1.6em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}"
+       "table{border-collapse:collapse;font-size:.85em;width:100%}td,th{border:1px solid #e3e3e3;padding:3px 6px;"
+       "text-align:left;vertical-align:top}th{background:#f6f6f6}pre.cmd{background:#f6f6f6;padding:8px;"
+       "white-space:pre-wrap;word-break:break-all}section{margin-bottom:12px}")
+
+
+def render(r: dict[str, Any], title: str = "") -> str:
+    s = r["summary"]
+    title = title or f"tunectl report: {s['study']}"
+    body = "".join(_fig_html(k, t, f) for k, t, f in _figures(r))
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<style>{CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+            f"<h1>{_e(title)}</h1><p class='stamp'>generated {stamp}</p>"
+            f"<section id='summary'><h2>Summary</h2>{_summary_html(s)}</section>{body}{_tables_html(r)}"
+            "</body></html>\n")

@@ -1,0 +1,83 @@
+"""Report data, continued: crash map, finalists and reruns, the table of all trials."""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from tunectl.models import TrialResult
+from tunectl.reports.data import StudyData, peak_level
+
+
+def _fmt(v: Any) -> str:
+    return "true" if v is True else "false" if v is False else str(v)
+
+
+def crash_map(trials: list[TrialResult]) -> dict[str, Any]:
+    """Which parameter values crashed at which levels, by class. One cell per (param, value, level):
+    how many trials passed it and how many crashed there; plus one row per crash with its exception line."""
+    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
+    crashes = []
+    for t in trials:
+        crash_lv = t.crashed_level
+        for lv in t.levels:
+            if lv.status not in ("ok", "crashed") and lv.concurrency != crash_lv:
+                continue
+            for name, value in t.params.items():
+                key = (name, _fmt(value), lv.concurrency)
+                c = cells.setdefault(key, {"param": name, "value": key[1], "level": lv.concurrency,
+                                           "ok": 0, "crashed": {}, "exception_lines": []})
+                if lv.status == "ok":
+                    c["ok"] += 1
+                elif t.crash is not None:
+                    c["crashed"][t.crash.cls] = c["crashed"].get(t.crash.cls, 0) + 1
+                    if t.crash.exception_line and t.crash.exception_line not in c["exception_lines"]:
+                        c["exception_lines"].append(t.crash.exception_line)
+        if t.crash is not None:
+            crashes.append({"trial": t.trial, "class": t.crash.cls, "signature": t.crash.signature,
+                            "phase": t.crash.phase, "level": crash_lv,
+                            "exception_line": t.crash.exception_line, "params": dict(t.params)})
+    return {"cells": sorted(cells.values(), key=lambda c: (c["param"], c["value"], c["level"])),
+            "crashes": crashes}
+
+
+def finalists(trials: list[TrialResult]) -> list[dict[str, Any]]:
+    """Finalist configs with their reruns: per config the throughput of each run and the spread."""
+    groups: dict[str, dict[str, Any]] = {}
+    for t in sorted(trials, key=lambda t: t.trial):
+        if t.role != "finalist":
+            continue
+        key = repr(sorted(t.params.items()))
+        g = groups.setdefault(key, {"params": dict(t.params), "runs": []})
+        g["runs"].append({"trial": t.trial, "attempt": t.attempt, "status": t.status,
+                          "output_throughput": t.best_output_throughput,
+                          "max_stable_concurrency": t.max_stable_concurrency})
+    out = []
+    for key, g in groups.items():
+        origin = next((t.trial for t in trials if t.role == "search" and repr(sorted(t.params.items())) == key),
+                      None)
+        tps = [r["output_throughput"] for r in g["runs"] if r["status"] == "ok"]
+        out.append({**g, "search_trial": origin, "ok_runs": len(tps),
+                    "mean_output_throughput": statistics.fmean(tps) if tps else 0.0,
+                    "min_output_throughput": min(tps, default=0.0),
+                    "max_output_throughput": max(tps, default=0.0)})
+    return sorted(out, key=lambda g: -g["mean_output_throughput"])
+
+
+def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
+    """One row per trial: status, key flags, throughput, max stable concurrency, crash, log link."""
+    rows = []
+    for t in sorted(data.trials, key=lambda t: t.trial):
+        peak = peak_level(t)
+        rows.append({
+            "trial": t.trial, "role": t.role, "status": t.status, "attempt": t.attempt,
+            "params": dict(t.params), "output_throughput": t.best_output_throughput,
+            "peak_concurrency": peak.concurrency if peak else None,
+            "p99_ttft_ms": peak.metrics.get("p99_ttft_ms") if peak else None,
+            "max_stable_concurrency": t.max_stable_concurrency,
+            "crash_class": t.crash.cls if t.crash else None,
+            "crash_signature": t.crash.signature if t.crash else None,
+            "crashed_at": t.crashed_level,
+            "exception_line": t.crash.exception_line if t.crash else "",
+            "levels_done": len(t.levels), "wall_s": t.wall_s,
+            "log": f"{log_prefix}trials/{t.trial}/server.log"})
+    return rows

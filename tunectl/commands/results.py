@@ -1,0 +1,167 @@
+"""Commands around results: report, trials, best, diff, export. They read results/; they never run anything."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import webbrowser
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+import yaml
+from rich.table import Table
+
+from tunectl.cli import app
+from tunectl.commands._common import console, one_line_errors
+from tunectl.errors import UsageError
+from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, list_studies
+
+StudyOpt = typer.Option(None, "--study", "-s", help="study name under results/ (default: the most recent)")
+RootOpt = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)
+REFERENCE_PROFILE = Path("profiles/k2-thinking-reference.yaml")
+
+
+def _store(study: str | None, root: Path) -> StudyStore:
+    names = list_studies(root)
+    if study is None:
+        if not names:
+            raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
+        return StudyStore(names[-1], root)
+    if study not in names:
+        raise UsageError(f"--study: {study!r}: no such study under {root}; valid: {', '.join(names) or 'none'}")
+    return StudyStore(study, root)
+
+
+def _reference(path: Path | None) -> dict[str, Any] | None:
+    from tunectl.reports.compare import profile_side
+
+    if path is None:
+        return None
+    side = profile_side(path)
+    return {**side["results"], "label": side.get("note") or side["label"], "flags": side["flags"]}
+
+
+@app.command()
+@one_line_errors
+def report(study: Optional[str] = StudyOpt, out: Optional[Path] = typer.Option(None, "--out", "-o"),
+           reference: Optional[Path] = typer.Option(None, "--reference", help="a profile with a reference: block "
+                                                    "(default: the study's own, else " f"{REFERENCE_PROFILE})"),
+           open_: bool = typer.Option(False, "--open", help="open the report in a browser"),
+           root: Path = RootOpt) -> None:
+    """Write one self-contained HTML report (works offline)."""
+    from tunectl.reports.data import load_study
+    from tunectl.reports.render import compute, render
+
+    store = _store(study, root)
+    ref = _reference(reference)
+    data = load_study(store, ref)
+    if data.reference is None and REFERENCE_PROFILE.is_file():
+        data.reference = _reference(REFERENCE_PROFILE)
+    path = out or store.dir / "report.html"
+    prefix = os.path.relpath(store.dir.resolve(), path.parent.resolve())
+    page = render(compute(data, log_prefix="" if prefix == "." else prefix + "/"))
+    atomic_write(path, page)
+    console.print(f"report: {path} ({len(data.trials)} trials, {len(page) // 1024} KiB)")
+    if open_:
+        webbrowser.open(path.resolve().as_uri())
+
+
+@app.command()
+@one_line_errors
+def trials(study: Optional[str] = StudyOpt, root: Path = RootOpt) -> None:
+    """Table of all trials of a study."""
+    from tunectl.reports.data import load_study
+    from tunectl.reports.tables import trial_rows
+
+    store = _store(study, root)
+    rows = trial_rows(load_study(store))
+    tab = Table(title=f"{store.name}: {len(rows)} trials")
+    for col in ("#", "role", "status", "flags", "tok/s", "at c", "max stable c", "crash"):
+        tab.add_column(col, justify="right" if col in ("#", "tok/s", "at c", "max stable c") else "left",
+                       overflow="fold")
+    style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan"}
+    for r in rows:
+        flags = " ".join(f"{k}={v}" for k, v in r["params"].items()) or "(base flags)"
+        crash = f"{r['crash_class']} @c={r['crashed_at']}" if r["crash_class"] else ""
+        tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
+                    f"{r['output_throughput']:,.0f}", str(r["peak_concurrency"] or "-"),
+                    str(r["max_stable_concurrency"]), crash)
+    console.print(tab)
+
+
+@app.command()
+@one_line_errors
+def best(study: Optional[str] = StudyOpt,
+         format: str = typer.Option("command", "--format", "-f", help="command | yaml | json"),
+         root: Path = RootOpt) -> None:
+    """The best stable config: its exact launch command, SGLang --config YAML, or JSON."""
+    from tunectl.reports.data import best_trial, launch_argv, load_study, summary
+
+    if format not in ("command", "yaml", "json"):
+        raise UsageError(f"--format: {format!r}: must be one of command, yaml, json")
+    store = _store(study, root)
+    data = load_study(store)
+    t = best_trial(data)
+    if t is None:
+        raise UsageError(f"{store.name}: no stable configuration yet")
+    if format == "command":
+        argv = launch_argv(data, t.trial)
+        if not argv:
+            raise UsageError(f"{store.name}: trial {t.trial} has no launch.json")
+        print(shlex.join(argv))
+    elif format == "yaml":
+        cfg = store.trial_dir(t.trial) / "config.yaml"
+        config = data.launches.get(t.trial, {}).get("config") or {}
+        print(cfg.read_text() if cfg.is_file() else yaml.safe_dump(config, sort_keys=False), end="")
+    else:
+        launch = data.launches.get(t.trial, {})
+        s = summary(data)["best"]
+        print(json.dumps({"study": store.name, **s, "config": launch.get("config"), "env": launch.get("env"),
+                          "patches": launch.get("patches")}, indent=2, default=str))
+
+
+@app.command()
+@one_line_errors
+def diff(a: str = typer.Argument(..., help="study:trial, a study (its best), or a profile .yaml"),
+         b: str = typer.Argument(..., help="the same kinds as A"),
+         all_: bool = typer.Option(False, "--all", help="show equal flags too"), root: Path = RootOpt) -> None:
+    """Flags and results of two configurations side by side."""
+    from tunectl.reports.compare import diff as compute_diff
+    from tunectl.reports.compare import resolve_side
+
+    sa, sb = resolve_side(a, root), resolve_side(b, root)
+    d = compute_diff(sa, sb)
+    for section, rows in d.items():
+        shown = rows if all_ or section == "results" else [r for r in rows if not r["same"]]
+        if not shown:
+            continue
+        tab = Table(title=section)
+        for col in ("", sa["label"], sb["label"]):
+            tab.add_column(col, overflow="fold")
+        for r in shown:
+            mark = "" if r["same"] else "[bold yellow]"
+            tab.add_row(f"{mark}{r['key']}", _cell(r["a"]), _cell(r["b"]))
+        console.print(tab)
+    same = sum(r["same"] for r in d["flags"])
+    console.print(f"{len(d['flags']) - same} flag(s) differ, {same} equal")
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" if isinstance(v, float) else str(v)
+
+
+@app.command()
+@one_line_errors
+def export(study: Optional[str] = StudyOpt, format: str = typer.Option("csv", "--format", "-f"),
+           out: Path = typer.Option(Path("."), "--out", "-o", help="output folder"), root: Path = RootOpt) -> None:
+    """Tidy tables (trials, levels, crashes) as CSV or Parquet."""
+    from tunectl.reports import export as exp
+    from tunectl.reports.data import load_study
+
+    if format not in exp.FORMATS:
+        raise UsageError(f"--format: {format!r}: must be one of {', '.join(exp.FORMATS)}")
+    for p in exp.write(load_study(_store(study, root)), out, format):
+        console.print(str(p))
