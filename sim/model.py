@@ -1,0 +1,137 @@
+"""Virtual-clock evaluation of the stand-in's performance and crash model (pure, no I/O, milliseconds per call).
+
+The same `Setup` and `Scheduler` the live stand-in runs, driven by a closed-loop client like
+`sglang.bench_serving --max-concurrency c` in a virtual clock. Used by search-efficiency benchmarks and tests.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from tunectl.sim.card import Setup, StartupCrash, load_card, resolve
+from tunectl.sim.sched import BLOCK, Req, RuntimeCrash, Scheduler
+
+__all__ = ["LevelOutcome", "VirtualLadder", "best_stable", "load_card", "resolve", "virtual_ladder"]
+
+
+@dataclass
+class LevelOutcome:
+    concurrency: int
+    output_throughput: float | None      # tok/s; None when the server crashed during this level
+    completed: int = 0
+    duration_s: float = 0.0
+    mean_ttft_ms: float = 0.0
+    p99_ttft_ms: float = 0.0
+
+
+@dataclass
+class VirtualLadder:
+    levels: list[LevelOutcome] = field(default_factory=list)
+    startup_s: float = 0.0                    # modeled seconds to ready (up to the crash if it crashed)
+    startup_crash: StartupCrash | None = None
+    crash: RuntimeCrash | None = None
+    crash_level: int | None = None
+
+    @property
+    def crashed(self) -> bool:
+        return self.startup_crash is not None or self.crash is not None
+
+    @property
+    def signature(self) -> str | None:
+        c = self.startup_crash or self.crash
+        return c.signature if c else None
+
+    @property
+    def best(self) -> float:
+        return max((lv.output_throughput or 0.0 for lv in self.levels), default=0.0)
+
+    def at(self, concurrency: int) -> float | None:
+        return next((lv.output_throughput for lv in self.levels if lv.concurrency == concurrency), None)
+
+
+def virtual_ladder(card: dict[str, Any] | str, config: dict[str, Any], env: dict[str, str] | None = None,
+                   patches: Iterable[str] = (), levels: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                   workload_kind: str = "random", input_len: int = 256, output_len: int = 128, seed: int = 0,
+                   prompts_per_level: int = 1, min_prompts: int = 8, shared_prefix_len: int = 2048) -> VirtualLadder:
+    card = load_card(card) if isinstance(card, str) else card
+    setup = resolve(card, config, env, list(patches))
+    out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash)
+    if setup.crash is not None:
+        return out
+    sched, rid = Scheduler(setup, seed), itertools.count()
+    for c in levels:
+        n = max(min_prompts, prompts_per_level * c)
+        reqs = [_make_req(next(rid), workload_kind, input_len, output_len, shared_prefix_len) for _ in range(n)]
+        level, crash = _run_level(sched, setup, c, reqs)
+        out.levels.append(level)
+        if crash is not None:
+            out.crash, out.crash_level = crash, c
+            break
+    return out
+
+
+def _make_req(rid: int, kind: str, input_len: int, output_len: int, shared: int) -> Req:
+    if kind == "shared_prefix":
+        keys: list[object] = [("shared", i) for i in range(min(shared, input_len) // BLOCK)]
+        return Req(rid, input_len + 0, output_len, keys)
+    return Req(rid, input_len, output_len)
+
+
+def _run_level(sched: Scheduler, setup: Setup, c: int, reqs: list[Req]) -> tuple[LevelOutcome, RuntimeCrash | None]:
+    now = start = 0.0
+    todo = list(reversed(reqs))
+    for _ in range(min(c, len(todo))):
+        sched.add(todo.pop())
+    done: list[Req] = []
+    while len(done) < len(reqs):
+        step = sched.next_step()
+        if step is None:
+            break
+        if step.kind == "hang":
+            return LevelOutcome(c, None), RuntimeCrash("watchdog_timeout", _watchdog_text(setup))
+        now += step.ms / 1000.0
+        if step.crash is not None:
+            return LevelOutcome(c, None, len(done), now - start), step.crash
+        for r in step.joined:
+            r.first_token_t = now
+        for r in step.finished:
+            r.finish_t = now
+            done.append(r)
+            if todo:
+                nxt = todo.pop()
+                nxt.arrival = now
+                sched.add(nxt)
+    dur = max(now - start, 1e-9)
+    ttfts = sorted((r.first_token_t or 0.0) - r.arrival for r in done)
+    p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0
+    tput = sum(r.output_len for r in done) / dur
+    return LevelOutcome(c, tput, len(done), dur, 1000 * sum(ttfts) / max(1, len(ttfts)), 1000 * p99), None
+
+
+def _watchdog_text(setup: Setup) -> str:
+    return f"Scheduler watchdog timeout (self.watchdog_timeout={setup.watchdog_s:g}, self.soft=False)"
+
+
+def best_stable(card: dict[str, Any] | str, base: dict[str, Any], space: dict[str, list[Any]],
+                patch_knobs: dict[str, str] | None = None, seeds: Iterable[int] = (0, 1, 2),
+                **ladder_kw: Any) -> tuple[float, dict[str, Any]]:
+    """Exhaustive search over `space` (flag -> choices; a knob named in `patch_knobs` maps to a patch id and
+    takes booleans). Stable = no crash on any seed. Returns (best stable peak throughput, its assignment)."""
+    card = load_card(card) if isinstance(card, str) else card
+    patch_knobs, seeds = patch_knobs or {}, list(seeds)
+    best: tuple[float, dict[str, Any]] = (0.0, {})
+    names = list(space)
+    for values in itertools.product(*(space[n] for n in names)):
+        assign = dict(zip(names, values))
+        config = {**base, **{k: v for k, v in assign.items() if k not in patch_knobs}}
+        patches = [patch_knobs[k] for k, v in assign.items() if k in patch_knobs and v]
+        peaks = []
+        for sd in seeds:
+            lad = virtual_ladder(card, config, patches=patches, seed=sd, **ladder_kw)
+            if lad.crashed:
+                break
+            peaks.append(lad.best)
+        if len(peaks) == len(seeds) and min(peaks) > best[0]:
+            best = (min(peaks), assign)
+    return best
