@@ -1,0 +1,183 @@
+"""The async core of the built-in client: one event loop driving a share of a level's streams.
+
+Request bodies and stream parsing follow `sglang.bench_serving` (`--backend sglang`: POST /generate with
+`input_ids`, SSE lines whose `meta_info.completion_tokens` is cumulative; `--backend sglang-oai`: POST
+/v1/completions with the ids as `prompt`, one ITL value per chunk). Differences, on purpose: one pooled
+ClientSession per loop (not one per request), a request counts as successful only when the stream ended with
+`data: [DONE]` and carried at least one token, and output lengths come only from what the server reported
+(never from the planned lengths).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from tunectl.runners._bench_metrics import ReqRecord
+from tunectl.runners._bench_workload import Prompt
+
+_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+MAX_ERRORS = 5
+
+
+@dataclass
+class ShareResult:
+    records: list[ReqRecord]
+    t0: float
+    t_end: float
+    lag_ms: list[float] = field(default_factory=list)   # event-loop oversleep samples
+    cpu_s: float = 0.0
+    aborted: bool = False
+    server_gone: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def _payload(backend: str, model: str, p: Prompt) -> tuple[str, dict[str, Any]]:
+    if backend == "sglang-oai":
+        return "/v1/completions", {"model": model, "prompt": p.ids, "max_tokens": p.output_len,
+                                   "temperature": 0.0, "ignore_eos": True, "stream": True,
+                                   "stream_options": {"include_usage": True}}
+    return "/generate", {"input_ids": p.ids, "stream": True,
+                         "sampling_params": {"temperature": 0.0, "max_new_tokens": p.output_len,
+                                             "ignore_eos": True}}
+
+
+class _Stream:
+    """Turns SSE `data:` bodies into TTFT / ITL / output length for one request."""
+
+    def __init__(self, rec: ReqRecord, backend: str):
+        self.rec, self.oai = rec, backend == "sglang-oai"
+        self.last = rec.start
+        self.tokens = 0          # tokens reported so far (native: cumulative count; oai: chunks with text)
+        self.usage: int | None = None
+        self.done = False
+
+    def on_body(self, body: bytes, now: float) -> int:
+        if body == b"[DONE]":
+            self.done = True
+            self.rec.latency = now - self.rec.start
+            return 0
+        new = self._oai(body) if self.oai else self._native(body)
+        if new <= 0:
+            return 0
+        if self.rec.ttft == 0.0:
+            self.rec.ttft = now - self.rec.start
+        elif self.oai:
+            self.rec.itl.append(now - self.last)
+        else:
+            self.rec.itl.extend([(now - self.last) / new] * new)
+        self.last = now
+        self.rec.latency = now - self.rec.start
+        return new
+
+    def _native(self, body: bytes) -> int:
+        m = _COMPLETION.findall(body)
+        if not m:
+            return 0
+        n = int(m[-1])
+        new, self.tokens = n - self.tokens, max(self.tokens, n)
+        return new
+
+    def _oai(self, body: bytes) -> int:
+        data = json.loads(body)
+        usage = data.get("usage") or {}
+        if "completion_tokens" in usage:
+            self.usage = int(usage["completion_tokens"])
+        choices = data.get("choices") or []
+        if choices and choices[0].get("text"):
+            self.tokens += 1
+            return 1
+        return 0
+
+    def output_len(self) -> int:
+        return self.usage if self.usage is not None else self.tokens
+
+
+async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: str, p: Prompt,
+               rec: ReqRecord) -> None:
+    path, payload = _payload(backend, model, p)
+    rec.start = time.perf_counter()
+    stream = _Stream(rec, backend)
+    async with session.post(base + path, json=payload) as resp:
+        if resp.status != 200:
+            rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+            return
+        async for line in resp.content:
+            if line.startswith(b"data:"):
+                stream.on_body(line[5:].strip(), time.perf_counter())
+    rec.output_len = stream.output_len()
+    rec.success = stream.done and rec.output_len > 0
+    if not rec.success:
+        rec.error = "stream ended without [DONE]" if not stream.done else "no tokens in stream"
+
+
+class _Share:
+    def __init__(self, base: str, backend: str, model: str, prompts: Sequence[Prompt], concurrency: int,
+                 should_abort: Callable[[], bool], counters: Any):
+        self.base, self.backend, self.model = base.rstrip("/"), backend, model
+        self.prompts, self.concurrency = prompts, concurrency
+        self.should_abort, self.counters = should_abort, counters
+        self.next = 0
+        self.res = ShareResult(records=[], t0=0.0, t_end=0.0)
+
+    async def worker(self, session: aiohttp.ClientSession) -> None:
+        while self.next < len(self.prompts) and not self.res.server_gone:
+            p = self.prompts[self.next]
+            self.next += 1
+            rec = ReqRecord(input_len=p.input_len)
+            self.res.records.append(rec)
+            try:
+                await _one(session, self.base, self.backend, self.model, p, rec)
+            except aiohttp.ClientConnectorError as e:
+                rec.error = f"connection refused: {e}"
+                self.res.server_gone = True
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+                rec.error = f"{type(e).__name__}: {e}"[:300]
+            self._count(rec)
+
+    def _count(self, rec: ReqRecord) -> None:
+        if rec.error and len(self.res.errors) < MAX_ERRORS:
+            self.res.errors.append(rec.error)
+        if self.counters is not None:
+            self.counters[0 if rec.success else 1] += 1
+            self.counters[2] += rec.output_len if rec.success else 0
+
+    async def watch(self, tasks: list[asyncio.Task[None]]) -> None:
+        last = time.perf_counter()
+        while not all(t.done() for t in tasks):
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            self.res.lag_ms.append(max(0.0, (now - last - 0.01) * 1000))
+            last = now
+            if self.should_abort() or self.res.server_gone:
+                self.res.aborted = self.res.aborted or self.should_abort()
+                for t in tasks:
+                    t.cancel()
+                return
+
+
+async def run_share(base_url: str, backend: str, model: str, prompts: Sequence[Prompt], concurrency: int,
+                    timeout_s: float, should_abort: Callable[[], bool] = lambda: False,
+                    counters: Any = None) -> ShareResult:
+    share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters)
+    conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    cpu0 = time.process_time()
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout, read_bufsize=1 << 20) as session:
+        share.res.t0 = time.perf_counter()
+        tasks = [asyncio.create_task(share.worker(session)) for _ in range(min(concurrency, len(prompts)))]
+        watcher = asyncio.create_task(share.watch(tasks))
+        await asyncio.gather(*tasks, return_exceptions=True)
+        share.res.t_end = time.perf_counter()
+        watcher.cancel()
+    for rec in share.res.records:
+        if not rec.success and not rec.error:
+            rec.error = "aborted"
+    share.res.cpu_s = time.process_time() - cpu0
+    return share.res

@@ -1,0 +1,143 @@
+"""A fake SGLang streaming server of known cadence, for client tests and `bench/client_capacity.py`.
+
+It answers POST /generate (SGLang native SSE: cumulative `text` + `meta_info.completion_tokens`, then
+`data: [DONE]`) and POST /v1/completions (OpenAI SSE chunks, usage in the last chunk), plus GET /health,
+/v1/models and /server_info. Every stream sends its first chunk `ttft_ms` after the request and then one chunk
+of `chunk_tokens` tokens every `itl_ms`, on an absolute schedule (no drift), so a client's measured TTFT/ITL can
+be compared with the truth. `--die-after N` makes the whole process exit (code 137, like SGLang's
+kill_process_tree) once N requests have started: in-flight streams are cut and later connections refused.
+Several `--workers` processes share the port (SO_REUSEPORT) so the server is not the bottleneck.
+
+Run: python -m tunectl.runners._bench_fakeserver --port P [--itl-ms 20] [--workers 4] ...
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from aiohttp import web
+
+
+def _chunk_native(n: int, prompt_len: int, rid: str) -> bytes:
+    body = {"text": " tok" * n, "meta_info": {"id": rid, "prompt_tokens": prompt_len, "completion_tokens": n,
+                                               "finish_reason": None}, "index": 0}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _chunk_oai(n_new: int, usage: dict[str, int] | None, rid: str) -> bytes:
+    choices = [{"index": 0, "text": " tok" * n_new, "logprobs": None, "finish_reason": None}] if n_new else []
+    body = {"id": rid, "object": "text_completion", "choices": choices, "usage": usage}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+class FakeServer:
+    def __init__(self, args: argparse.Namespace):
+        self.a = args
+        self.started = 0
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        oai = request.path.endswith("completions")
+        out_len = int(body["max_tokens"] if oai else body["sampling_params"]["max_new_tokens"])
+        prompt_len = len(body.get("prompt" if oai else "input_ids") or [])
+        self.started += 1
+        if self.a.die_after and self.started > self.a.die_after:
+            os._exit(137)
+        t0 = time.perf_counter()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        rid, sent, k = f"r{self.started}", 0, 0
+        while sent < out_len:
+            due = t0 + (self.a.ttft_ms + k * self.a.itl_ms) / 1000
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            new = min(self.a.chunk_tokens, out_len - sent)
+            sent += new
+            k += 1
+            await resp.write(_chunk_oai(new, None, rid) if oai else _chunk_native(sent, prompt_len, rid))
+        if oai:
+            usage = {"prompt_tokens": prompt_len, "completion_tokens": sent, "total_tokens": prompt_len + sent}
+            await resp.write(_chunk_oai(0, usage, rid))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def info(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "fake"}], "version": "fake", "max_total_num_tokens": 1 << 20})
+
+
+def _serve(args: argparse.Namespace) -> None:
+    srv = FakeServer(args)
+    app = web.Application()
+    app.router.add_post("/generate", srv.stream)
+    app.router.add_post("/v1/completions", srv.stream)
+    for path in ("/health", "/health_generate", "/v1/models", "/server_info", "/model_info"):
+        app.router.add_get(path, srv.info)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", args.port))
+    web.run_app(app, sock=sock, print=None, access_log=None, backlog=4096)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--ttft-ms", type=float, default=20.0)
+    ap.add_argument("--chunk-tokens", type=int, default=1)
+    ap.add_argument("--die-after", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args(argv)
+    procs = [mp.get_context("spawn").Process(target=_serve, args=(args,)) for _ in range(args.workers - 1)]
+    for p in procs:
+        p.start()
+    _serve(args)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(itl_ms: float = 20.0, ttft_ms: float = 20.0, chunk_tokens: int = 1, die_after: int = 0,
+          workers: int = 1, timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the server in its own process group; returns (process, base_url). Stop with `stop(proc)`."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "tunectl.runners._bench_fakeserver", "--port", str(port), "--itl-ms",
+           str(itl_ms), "--ttft-ms", str(ttft_ms), "--chunk-tokens", str(chunk_tokens), "--die-after",
+           str(die_after), "--workers", str(workers)]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.05)
+    stop(proc)
+    raise RuntimeError(f"fake server on port {port} did not come up in {timeout_s} s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Seeded random-ids prompts for the built-in client (no tokenizer, no downloads).
+
+Lengths follow `sglang.bench_serving --dataset-name random-ids`: each request's input and output length is drawn
+uniformly from [max(1, int(len * range_ratio)), len]. Workload kinds:
+- random: `input_len` random token ids per prompt.
+- shared_prefix: one common prefix of `shared_prefix_len` ids (the same for every level of a workload seed),
+  then `input_len` random ids per prompt: the radix-cache / chunked-prefix path that some crashes need.
+- long_prompt: like random; the profile sets `input_len` above the server's `--chunked-prefill-size`, so every
+  prompt is prefilled in several chunks.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tunectl.profile import WorkloadSpec
+
+# Token ids drawn from this range exist in every common vocabulary (32k and up) and avoid special tokens.
+ID_LOW, ID_HIGH = 1000, 30000
+
+
+@dataclass
+class Prompt:
+    ids: list[int]
+    output_len: int
+
+    @property
+    def input_len(self) -> int:
+        return len(self.ids)
+
+
+def _length(rng: random.Random, full: int, ratio: float) -> int:
+    return rng.randint(max(1, int(full * ratio)), full)
+
+
+def _ids(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(ID_LOW, ID_HIGH) for _ in range(n)]
+
+
+def make_prompts(spec: WorkloadSpec, num_prompts: int, salt: int = 0) -> list[Prompt]:
+    """`salt` (e.g. the concurrency level) varies the prompts between levels; the shared prefix does not vary."""
+    rng = random.Random(f"{spec.seed}:{spec.kind}:{salt}")
+    prefix = _ids(random.Random(f"{spec.seed}:prefix"), spec.shared_prefix_len) if spec.kind == "shared_prefix" \
+        else []
+    return [Prompt(prefix + _ids(rng, _length(rng, spec.input_len, spec.range_ratio)),
+                   _length(rng, spec.output_len, spec.range_ratio)) for _ in range(num_prompts)]
+
+
+def warmup_prompts(spec: WorkloadSpec) -> list[Prompt]:
+    rng = random.Random(f"{spec.seed}:warmup")
+    return [Prompt(_ids(rng, min(spec.input_len, 64)), 4) for _ in range(spec.warmup_requests)]

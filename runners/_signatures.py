@@ -1,0 +1,136 @@
+"""The crash-signature catalog: real SGLang failure texts, their default class and a workaround hint.
+
+Sources: SGLang 0.5.x log/exception strings and the public issue reports they were seen in. Order is
+priority: when several signatures match the same text, the first one in `SIGNATURES` wins (so
+"Capture cuda graph failed: CUDA out of memory" is a capture failure, not a plain OOM).
+
+Fields of a `Signature`:
+- `cls`: default class (one of tunectl.models.CRASH_CLASSES); `by_phase` overrides it per phase
+  ("startup" = before the ready line, "load" = after it).
+- `phases`: the phases the signature applies to (empty = all); lets one text map to two ids, e.g.
+  CUDA OOM before ready (`cuda_oom_startup`, config_error) vs under load (`cuda_oom_runtime`, load_crash).
+- `fatal`: seeing the text is itself proof that the server is dying, even without a traceback.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    regex: re.Pattern[str]
+    cls: str
+    description: str
+    hint: str
+    by_phase: dict[str, str] = field(default_factory=dict)
+    phases: tuple[str, ...] = ()
+    fatal: bool = False
+
+    def class_for(self, phase: str) -> str:
+        return self.by_phase.get(phase, self.cls)
+
+    def applies(self, phase: str) -> bool:
+        return not self.phases or phase in self.phases
+
+
+def _sig(id_: str, pattern: str, cls: str, description: str, hint: str, **kw: object) -> Signature:
+    return Signature(id_, re.compile(pattern), cls, description, hint, **kw)  # type: ignore[arg-type]
+
+
+_LOAD = {"load": "load_crash", "startup": "config_error"}
+_OOM = r"(?:OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate [\d.]+ [GMK]iB)?"
+
+SIGNATURES: tuple[Signature, ...] = (
+    _sig("page_table_1_flattened",
+         r"object has no attribute 'page_table_1_flattened'", "load_crash",
+         "FP8-KV MHA prefill read page_table_1_flattened from non-DSA attention metadata",
+         "--kv-cache-dtype bf16, --disable-chunked-prefix-cache, or let SGLang pick the NSA/DSA backend",
+         by_phase=_LOAD),
+    _sig("page_table_1_flattened_assert",
+         r"page_table_1_flattened should have been generated for FP8 MHA path", "load_crash",
+         "FP8 MHA prefix dequant path without page_table_1_flattened (sibling of page_table_1_flattened)",
+         "--kv-cache-dtype bf16 or a DSA/NSA attention backend", by_phase=_LOAD),
+    _sig("not_enough_memory",
+         r"Not enough memory\. Please try to increase --mem-fraction-static", "config_error",
+         "KV cache pool got no memory after weights and graph reserve",
+         "raise --mem-fraction-static or the TP size"),
+    _sig("capture_cuda_graph_failed", r"Capture cuda graph failed", "config_error",
+         "CUDA graph capture failed (usually OOM at a large capture batch size)",
+         "lower --mem-fraction-static or --cuda-graph-max-bs, or disable decode CUDA graphs"),
+    _sig("custom_all_reduce",
+         r"custom_all_reduce(?:_v2)?(?:\.cuh|\.py).*invalid argument|register_graph_buffers", "config_error",
+         "custom all-reduce IPC registration failed during graph capture",
+         "--disable-custom-all-reduce or disable CUDA graphs"),
+    _sig("deepep_dispatch",
+         r"x\.size\(0\) <= num_max_dispatch_tokens_per_rank|nvshmem_qp_depth"
+         r"|q\.shape\[0\]\(\d+\) does not match qo_indptr\[-1\]\(\d+\)", "config_error",
+         "DeepEP dispatch buffer smaller than graph batch x draft tokens",
+         "raise SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK or lower --cuda-graph-max-bs"),
+    _sig("flashinfer_autotune_race",
+         r"FileExistsError: \[Errno 17\] File exists: .*(?:flashinfer|cubin)"
+         r"|flashinfer\.jit: Failed to acquire lock", "flaky",
+         "FlashInfer cold-cache race between ranks creating the same cubin/autotune file",
+         "retry once; pre-warm the FlashInfer cache or --disable-flashinfer-autotune"),
+    _sig("kv_pool_oom", r"(?:Decode|Prefill) out of memory\. Try to lower your batch size", "load_crash",
+         "KV cache allocator could not serve the running batch",
+         "lower --max-running-requests or concurrency, or give the KV cache more memory"),
+    _sig("cuda_oom_startup", _OOM, "config_error",
+         "CUDA out of memory before the server was ready",
+         "lower --mem-fraction-static (startup OOM: the static pool leaves no room)", phases=("startup",)),
+    _sig("cuda_oom_runtime", _OOM, "load_crash",
+         "CUDA out of memory under load",
+         "lower --chunked-prefill-size / --max-running-requests or --mem-fraction-static",
+         phases=("load", "teardown")),
+    _sig("illegal_memory_access", r"an illegal memory access was encountered|cudaErrorIllegalAddress", "flaky",
+         "CUDA illegal memory access (kernel bug for a feature combination)",
+         "retry once on a clean GPU; disable CUDA graphs / speculative decoding to isolate"),
+    _sig("device_side_assert",
+         r"device-side assert triggered|\.cu:\d+: \w+: block: \[[\d,]+\], thread: \[[\d,]+\] Assertion",
+         "load_crash", "CUDA device-side assert in a kernel (bad index / shape)",
+         "a kernel bug for these flags and this traffic: change the backend flags", by_phase=_LOAD, fatal=True),
+    _sig("nccl_watchdog_timeout",
+         r"Watchdog caught collective operation timeout|ProcessGroupNCCL's watchdog got stuck"
+         r"|failure detected by watchdog at work sequence id"
+         r"|To avoid data inconsistency, we are taking the entire process down", "flaky",
+         "an NCCL collective timed out (rank stalled, died or desynced)",
+         "retry on a clean host; check NCCL_SOCKET_IFNAME; keep --watchdog-timeout below NCCL's timeout",
+         fatal=True),
+    _sig("nccl_shm",
+         r"Error while creating shared memory segment /dev/shm/nccl-|ncclSystemError|unhandled system error",
+         "infra", "NCCL could not create its /dev/shm segment (container /dev/shm too small)",
+         "run with --shm-size or --ipc=host"),
+    _sig("scheduler_watchdog_timeout", r"[Ww]atchdog timeout \(self\.watchdog_timeout=\d+", "hang",
+         "no forward progress for --watchdog-timeout seconds", "restart; lower --watchdog-timeout to fail faster",
+         by_phase={"startup": "startup_timeout"}, fatal=True),
+    _sig("scheduler_died_init", r"Rank \d+ scheduler died during initialization \(exit code: -?\d+\)", "infra",
+         "a scheduler process died without a traceback while initializing (-9: host OOM killer)",
+         "check `dmesg -T | grep -i oom`; more host RAM or fewer concurrent loads", fatal=True),
+    _sig("warmup_error", r"Initialization failed\. warmup error", "config_error",
+         "the warm-up request failed", "export no_proxy=127.0.0.1,localhost; check the traceback", fatal=True),
+    _sig("argparse_error",
+         r"error: (?:unrecognized arguments|ambiguous option|argument --[\w-]+|"
+         r"the following arguments are required)", "config_error",
+         "the server rejected its command line (exit 2)", "use the exact flag names of this SGLang version",
+         fatal=True),
+    _sig("port_in_use",
+         r"\w+_port at \d+ is not available in \d+ seconds|is used by a process already"
+         r"|[Aa]ddress already in use", "infra",
+         "a port the server needs is held by another process", "kill the leftover process group; wait for ports",
+         fatal=True),
+    _sig("flashinfer_autotune_failed", r"_flashinfer_autotune|flashinfer_autotune\.py|in kernel_warmup",
+         "config_error", "FlashInfer autotune dummy run failed", "--disable-flashinfer-autotune"),
+    _sig("health_check_failed",
+         r"Health check failed\. Server couldn't get a response from detokenizer", "hang",
+         "the detokenizer produced nothing for the health-check window", "treat as a hang: tear down"),
+)
+
+# Any of these = the server is dying; classified by the nearest specific signature, else "unknown".
+DEATH_MARKERS = re.compile(
+    r"hit an exception:|Received sigquit from a child proces|SIGQUIT received"
+    r"|Subprocess \S+ \(pid=\d+\) crashed with exit code|kill_process_tree called|Fatal Python error"
+    r"|Segmentation fault|\d+ Killed\s|Killed$|Initialization failed\."
+)
+SHUTDOWN_MARKER = re.compile(r"SIGTERM received|Gracefully exiting")
+BY_ID = {s.id: s for s in SIGNATURES}

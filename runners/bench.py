@@ -1,0 +1,154 @@
+"""The built-in benchmark client: one concurrency level against a running SGLang (or the stand-in).
+
+Public API:
+
+- `run_level(base_url, concurrency, workload, num_prompts, *, backend, model, time_scale=1.0,
+  request_timeout_s, progress=None, processes="auto", abort=None) -> LevelMetrics` (sync; the lifecycle calls
+  it from its own thread). `abort` is a `threading.Event` or a callable returning True; once set (e.g. the log
+  watcher saw a crash) the level ends within ~0.1 s, in-flight requests count as failed.
+- `LevelMetrics`: `metrics` (exactly `sglang.bench_serving`'s result keys, see `_bench_metrics.METRIC_KEYS`,
+  in modeled units: wall times / time_scale), `completed`, `failed`, `errors` (first few), `client_bound`,
+  `wall_s`, `aborted`, `server_gone`, `processes`, `client` (lag/CPU evidence for client_bound).
+- `progress(dict)`: called about every 0.25 s with done / failed / total / output_tokens (token-progress evidence).
+
+Never fooled: a failed request contributes nothing; a level whose server died reports failed > 0 and
+completed < num_prompts; token counts are what the server streamed, never the planned lengths. When a request
+is refused (server gone) the remaining requests are not sent and the level ends at once.
+
+Capacity: streams are split over worker processes (`processes="auto"`: one per `STREAMS_PER_PROCESS`
+concurrent streams, at most one per spare CPU core), each running its own event loop on its share of the
+concurrency; results are merged on the common monotonic clock. A run is flagged `client_bound` when the
+event loop of a worker overslept (p99 lag > `LAG_BOUND_MS`) or a worker used most of a core.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from tunectl.profile import WorkloadSpec
+from tunectl.runners._bench_client import MAX_ERRORS, ShareResult, run_share
+from tunectl.runners._bench_metrics import METRIC_KEYS, ReqRecord, compute_metrics
+from tunectl.runners._bench_workload import Prompt, make_prompts, warmup_prompts
+
+__all__ = ["LevelMetrics", "run_level", "METRIC_KEYS", "auto_processes"]
+
+STREAMS_PER_PROCESS = 128
+LAG_BOUND_MS = 5.0
+CPU_BOUND = 0.85
+
+Abort = threading.Event | Callable[[], bool] | None
+
+
+@dataclass
+class LevelMetrics:
+    concurrency: int
+    num_prompts: int
+    workload: str = "random"
+    metrics: dict[str, float] = field(default_factory=dict)
+    completed: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    client_bound: bool = False
+    wall_s: float = 0.0
+    aborted: bool = False
+    server_gone: bool = False
+    processes: int = 1
+    client: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.completed == self.num_prompts and not self.aborted
+
+
+def auto_processes(concurrency: int) -> int:
+    spare = max(1, (os.cpu_count() or 1) - 1)
+    return max(1, min(spare, math.ceil(concurrency / STREAMS_PER_PROCESS)))
+
+
+def _abort_fn(abort: Abort) -> Callable[[], bool]:
+    if abort is None:
+        return lambda: False
+    return abort.is_set if isinstance(abort, threading.Event) else abort
+
+
+def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_prompts: int, *,
+              backend: Literal["sglang", "sglang-oai"] = "sglang", model: str = "default",
+              time_scale: float = 1.0, request_timeout_s: float = 600.0,
+              progress: Callable[[dict[str, Any]], None] | None = None,
+              processes: int | Literal["auto"] = "auto", abort: Abort = None) -> LevelMetrics:
+    should_abort = _abort_fn(abort)
+    procs = auto_processes(concurrency) if processes == "auto" else max(1, int(processes))
+    procs = min(procs, concurrency, num_prompts)
+    prompts = make_prompts(workload, num_prompts, salt=concurrency)
+    out = LevelMetrics(concurrency, num_prompts, workload.kind, processes=procs)
+    wall0 = time.perf_counter()
+    warm = asyncio.run(run_share(base_url, backend, model, warmup_prompts(workload), 1, request_timeout_s,
+                                 should_abort))
+    if warm.server_gone or should_abort() or any(not r.success for r in warm.records):
+        shares = [ShareResult(records=[], t0=wall0, t_end=wall0, aborted=warm.aborted or should_abort(),
+                              server_gone=warm.server_gone, errors=["warmup: " + e for e in warm.errors])]
+    elif procs == 1:
+        shares = [_single(base_url, backend, model, prompts, concurrency, request_timeout_s, should_abort,
+                          progress)]
+    else:
+        from tunectl.runners._bench_procs import run_processes
+        shares = run_processes(base_url, backend, model, prompts, concurrency, procs, request_timeout_s,
+                               should_abort, progress)
+    _merge(out, shares, time_scale)
+    out.wall_s = time.perf_counter() - wall0
+    return out
+
+
+def _single(base_url: str, backend: str, model: str, prompts: list[Prompt], concurrency: int, timeout_s: float,
+            should_abort: Callable[[], bool], progress: Callable[[dict[str, Any]], None] | None) -> ShareResult:
+    counters = [0, 0, 0]
+    stop = threading.Event()
+    reporter = _start_reporter(progress, lambda: counters, len(prompts), stop)
+    try:
+        return asyncio.run(run_share(base_url, backend, model, prompts, concurrency, timeout_s, should_abort,
+                                     counters))
+    finally:
+        stop.set()
+        if reporter:
+            reporter.join()
+
+
+def _start_reporter(progress: Callable[[dict[str, Any]], None] | None, read: Callable[[], Any], total: int,
+                    stop: threading.Event) -> threading.Thread | None:
+    if progress is None:
+        return None
+
+    def loop() -> None:
+        while not stop.wait(0.25):
+            c = read()
+            progress({"done": int(c[0]), "failed": int(c[1]), "total": total, "output_tokens": int(c[2])})
+
+    t = threading.Thread(target=loop, daemon=True, name="bench-progress")
+    t.start()
+    return t
+
+
+def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float) -> None:
+    records: list[ReqRecord] = [r for s in shares for r in s.records]
+    started = [s for s in shares if s.records]
+    duration = (max(s.t_end for s in started) - min(s.t0 for s in started)) if started else 0.0
+    out.completed = sum(r.success for r in records)
+    out.failed = out.num_prompts - out.completed
+    out.errors = [e for s in shares for e in s.errors][:MAX_ERRORS]
+    out.aborted = any(s.aborted for s in shares)
+    out.server_gone = any(s.server_gone for s in shares)
+    out.metrics = compute_metrics(records, duration, time_scale, out.concurrency) if started else {}
+    lags = [x for s in shares for x in s.lag_ms]
+    busy = max((s.cpu_s / max(s.t_end - s.t0, 1e-9) for s in started), default=0.0)
+    lag99 = float(np.percentile(lags, 99)) if lags else 0.0
+    out.client = {"loop_lag_p99_ms": lag99, "cpu_busy_max": busy, "processes": len(shares)}
+    out.client_bound = lag99 > LAG_BOUND_MS or busy > CPU_BOUND

@@ -1,0 +1,155 @@
+"""Adapter for the real `sglang.bench_serving` client run on the GPU host.
+
+Public API:
+- `bench_serving_argv(python, base_url, backend, model, tokenizer, workload, num_prompts, concurrency,
+  output_file, seed, *, host=None, port=None, module="sglang.bench_serving") -> list[str]`: an argv list
+  (never a shell string). random / long_prompt use `--dataset-name random-ids` (no dataset download, only a
+  tokenizer); shared_prefix uses `generated-shared-prefix` with one prompt group. `--request-rate inf` +
+  `--max-concurrency` is a closed loop of `concurrency` streams, as in a tunectl level.
+- `parse_result_jsonl(text) -> dict`: the `--output-file` line (Python's json reads its `Infinity`/`NaN`);
+  the last non-empty line wins (the client appends one line per run).
+- `parse_stdout(text) -> dict`: the "Serving Benchmark Result" block only, under SGLang's result-file key
+  names. `#Input tokens:` / `#Output tokens:` are printed before the run (planned totals of the generated
+  dataset), so they are never read.
+- `interpret(exit_code, stdout, result_file_text, num_prompts=None) -> BenchServingOutcome`: "ok" with the
+  metrics, "server_died" with evidence lines (the client exits 1 and writes no result file when the server
+  dies mid-run), or "error".
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunectl.profile import WorkloadSpec
+
+__all__ = ["bench_serving_argv", "parse_result_jsonl", "parse_stdout", "interpret", "BenchServingOutcome"]
+
+
+def _dataset_args(w: WorkloadSpec, num_prompts: int) -> list[str]:
+    if w.kind == "shared_prefix":
+        return ["--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "1",
+                "--gsp-prompts-per-group", str(num_prompts), "--gsp-system-prompt-len", str(w.shared_prefix_len),
+                "--gsp-question-len", str(w.input_len), "--gsp-output-len", str(w.output_len)]
+    return ["--dataset-name", "random-ids", "--random-input-len", str(w.input_len),
+            "--random-output-len", str(w.output_len), "--random-range-ratio", str(w.range_ratio)]
+
+
+def bench_serving_argv(python: str, base_url: str | None, backend: str, model: str, tokenizer: str,
+                       workload: WorkloadSpec, num_prompts: int, concurrency: int, output_file: str, seed: int, *,
+                       host: str | None = None, port: int | None = None,
+                       module: str = "sglang.bench_serving") -> list[str]:
+    if base_url:
+        target = ["--base-url", base_url]
+    elif host and port:
+        target = ["--host", host, "--port", str(port)]
+    else:
+        raise ValueError("bench_serving_argv needs base_url or host and port")
+    return [python, "-m", module, "--backend", backend, *target, "--model", model, "--tokenizer", tokenizer,
+            *_dataset_args(workload, num_prompts), "--num-prompts", str(num_prompts),
+            "--max-concurrency", str(concurrency), "--request-rate", "inf",
+            "--warmup-requests", str(workload.warmup_requests), "--output-file", output_file,
+            "--seed", str(seed), "--disable-tqdm"]
+
+
+def parse_result_jsonl(text: str) -> dict[str, Any]:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return {}
+    data = json.loads(lines[-1])     # json accepts Infinity / NaN, as the client writes them
+    return data if isinstance(data, dict) else {}
+
+
+# summary label -> result-file key (sglang.bench_serving prints these in the result block)
+_LABELS = {
+    "Backend": "backend", "Traffic request rate": "request_rate", "Max request concurrency": "max_concurrency",
+    "Successful requests": "completed", "Benchmark duration (s)": "duration",
+    "Total input tokens": "total_input_tokens", "Total input text tokens": "total_input_text_tokens",
+    "Total input vision tokens": "total_input_vision_tokens", "Total generated tokens": "total_output_tokens",
+    "Total generated tokens (retokenized)": "total_output_tokens_retokenized",
+    "Request throughput (req/s)": "request_throughput", "Input token throughput (tok/s)": "input_throughput",
+    "Output token throughput (tok/s)": "output_throughput",
+    "Peak output token throughput (tok/s)": "max_output_tokens_per_s",
+    "Peak concurrent requests": "max_concurrent_requests", "Total token throughput (tok/s)": "total_throughput",
+    "Concurrency": "concurrency", "Accept length": "accept_length",
+}
+_LAT = re.compile(r"^(Mean|Median|P\d+|Max) (E2E Latency|TTFT|TPOT|ITL) \(ms\)$")
+_LAT_NAMES = {"E2E Latency": "e2e_latency", "TTFT": "ttft", "TPOT": "tpot", "ITL": "itl"}
+_BLOCK = re.compile(r"=+ Serving Benchmark Result =+\n(.*?)\n=+\s*$", re.S | re.M)
+
+
+def _value(raw: str) -> Any:
+    raw = raw.strip()
+    try:
+        num = float(raw)
+    except ValueError:
+        return raw
+    return int(num) if num.is_integer() and "." not in raw and not math.isinf(num) else num
+
+
+def _key(label: str) -> str | None:
+    m = _LAT.match(label)
+    if m:
+        return f"{m.group(1).lower()}_{_LAT_NAMES[m.group(2)]}_ms"
+    return _LABELS.get(label)
+
+
+def parse_stdout(text: str) -> dict[str, Any]:
+    m = _BLOCK.search(text)
+    if not m:
+        return {}
+    out: dict[str, Any] = {}
+    for line in m.group(1).splitlines():
+        label, sep, raw = line.partition(":")
+        key = _key(label.strip()) if sep else None
+        if key:
+            out[key] = _value(raw)
+    return out
+
+
+@dataclass
+class BenchServingOutcome:
+    status: str                                   # "ok" | "server_died" | "error"
+    metrics: dict[str, Any] = field(default_factory=dict)
+    completed: int = 0
+    failed: int | None = None                     # known when num_prompts is given
+    evidence: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+_DIED = re.compile(r"Connection refused|Connect call failed|ClientConnectorError|ServerDisconnectedError"
+                   r"|ClientPayloadError|Response payload is not completed|Server disconnected"
+                   r"|ConnectionResetError|RemoteDisconnected")
+_EXC = re.compile(r"^[\w.]+(?:Error|Exception|Exit)\b: ")
+
+
+_EMBEDDED_EXC = re.compile(r"([\w.]+(?:Error|Exception)\b: [^\\']{0,200})")
+
+
+def _evidence(stdout: str) -> list[str]:
+    """The exception of the first few failed requests, then the client's own final exception lines."""
+    errors = [(_EMBEDDED_EXC.findall(ln) or [ln.strip()[:200]])[-1] for ln in stdout.splitlines()
+              if ln.lstrip().startswith("output.error=")]
+    excs = [ln.strip()[:240] for ln in stdout.splitlines() if _EXC.match(ln.strip())]
+    return errors[:3] + excs[-3:]
+
+
+def interpret(exit_code: int, stdout: str, result_file_text: str | None,
+              num_prompts: int | None = None) -> BenchServingOutcome:
+    metrics = parse_result_jsonl(result_file_text) if result_file_text else {}
+    if exit_code == 0 and not metrics:
+        metrics = parse_stdout(stdout)
+    if exit_code != 0 or not metrics:
+        died = bool(_DIED.search(stdout))
+        status = "server_died" if died else "error"
+        msg = (f"bench_serving exit {exit_code}: the server went away mid-run" if died
+               else f"bench_serving exit {exit_code}" + ("" if metrics else ", no result"))
+        return BenchServingOutcome(status, {}, 0, num_prompts, _evidence(stdout), msg)
+    completed = int(metrics.get("completed", 0))
+    failed = None if num_prompts is None else num_prompts - completed
+    if failed:
+        return BenchServingOutcome("error", metrics, completed, failed, _evidence(stdout),
+                                   f"{failed} of {num_prompts} requests failed")
+    return BenchServingOutcome("ok", metrics, completed, failed, [], "ok")

@@ -1,0 +1,243 @@
+"""Crash reading: classify SGLang server log text, and watch a log as it grows.
+
+Public API (the lifecycle codes against these names):
+
+- `SIGNATURES` / `DEATH_MARKERS` (catalog in `_signatures.py`), `Signature`.
+- `classify(text, phase, level, exit_code) -> CrashInfo | None`: finds the first traceback or death marker,
+  takes the exception line (last `SomethingError: ...` line of that traceback), matches the most specific
+  signature (exception line first, then the traceback frames, then the earliest fatal text around the death)
+  and derives the class from signature + phase. A crash with death markers but no known signature is
+  `signature="unknown"`, classed by phase. Returns None when the text shows no crash (and exit code is not
+  a crash code).
+- `LogWatcher`: fed raw byte chunks (`feed(data, now)`) as the log is tailed from an offset. Tracks startup
+  milestones with the time seen (`milestones`, `last_milestone`), startup facts (`facts`:
+  max_total_num_tokens, chunked_prefill_size, ...), token progress (`prefill_batches`, `decode_batches`,
+  `last_progress_at`), and death (`crashed`, `first_traceback_at`, `first_traceback_offset`,
+  `crash_info(phase, level, exit_code, detected_at=None)`). Detection happens inside `feed`, on the line
+  that shows it. After a `SIGTERM received` line (or `mark_stopping()`) death markers are a normal stop.
+
+Phases: "startup" (before the ready line), "load" (after it), "teardown".
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from tunectl.models import CrashInfo
+from tunectl.runners._signatures import BY_ID, DEATH_MARKERS, SHUTDOWN_MARKER, SIGNATURES, Signature
+
+__all__ = ["SIGNATURES", "DEATH_MARKERS", "Signature", "classify", "LogWatcher", "MILESTONES"]
+
+_TRACEBACK = "Traceback (most recent call last)"
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")
+_LOG_RECORD = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_EXCERPT_LINES = 12
+
+# milestone name -> substring/regex seen in the log (SGLang 0.5.x), in startup order
+MILESTONES: dict[str, re.Pattern[str]] = {name: re.compile(rx) for name, rx in (
+    ("server_args", r"server_args="),
+    ("load_weight_begin", r"Load weight begin\."),
+    ("load_weight_end", r"Load weight end\."),
+    ("kv_cache_allocated", r"KV Cache is allocated\."),
+    ("memory_pool_end", r"Memory pool end\."),
+    ("autotune_begin", r"Running FlashInfer autotune"),
+    ("autotune_end", r"FlashInfer autotune completed"),
+    ("cuda_graph_begin", r"Capture (?:\w+ \w+ )?[Cc][Uu][Dd][Aa] graph begin"),
+    ("cuda_graph_end", r"Capture (?:\w+ \w+ )?[Cc][Uu][Dd][Aa] graph end"),
+    ("max_total_num_tokens", r"max_total_num_tokens="),
+    ("uvicorn_running", r"Uvicorn running on"),
+    ("ready", r"The server is fired up and ready to roll!"),
+)}
+_FACTS = re.compile(r"\b(max_total_num_tokens|chunked_prefill_size|max_prefill_tokens|max_running_requests"
+                    r"|context_len)=(\d+)")
+_PROGRESS = re.compile(r"\b(Prefill|Decode) batch[,.]")
+_EXIT_CRASH = {137, -9, 134, -6, 139, -11, 1}
+
+
+def _exception_line(block: list[str]) -> str:
+    for line in reversed(block):
+        s = line.strip()
+        if _EXC_LINE.match(s):
+            return s
+    return ""
+
+
+def _is_death(line: str) -> bool:
+    return bool(DEATH_MARKERS.search(line)) or any(s.fatal and s.regex.search(line) for s in SIGNATURES)
+
+
+def _first_death(lines: list[str]) -> tuple[int | None, bool]:
+    """Index of the first traceback/death line, and whether a requested stop (SIGTERM) came first."""
+    for i, line in enumerate(lines):
+        if SHUTDOWN_MARKER.search(line):
+            return None, True
+        if _TRACEBACK in line or _is_death(line):
+            return i, False
+    return None, False
+
+
+def _traceback_block(lines: list[str], start: int) -> list[str]:
+    """Lines of the first traceback at/after `start`, up to the next log record."""
+    i = next((k for k in range(start, len(lines)) if _TRACEBACK in lines[k]), None)
+    if i is None:
+        return []
+    end = next((k for k in range(i + 1, len(lines)) if _LOG_RECORD.match(lines[k])), len(lines))
+    return lines[i:end]
+
+
+def _match(sigs: list[Signature], text: str) -> Signature | None:
+    return next((s for s in sigs if s.regex.search(text)), None)
+
+
+def _earliest(sigs: list[Signature], lines: list[str]) -> Signature | None:
+    for line in lines:
+        hit = _match(sigs, line)
+        if hit:
+            return hit
+    return None
+
+
+def _pick(lines: list[str], start: int, block: list[str], exc: str, phase: str) -> Signature | None:
+    sigs = [s for s in SIGNATURES if s.applies(phase)]
+    frames = [ln for ln in block if ln.strip() != exc]
+    return ((_match(sigs, exc) if exc else None) or _match(sigs, "\n".join(frames))
+            or _earliest(sigs, lines[max(0, start - 200):]))
+
+
+def _unknown_class(phase: str) -> str:
+    return {"startup": "config_error", "load": "load_crash"}.get(phase, "flaky")
+
+
+def classify(text: str, phase: str, level: int | None = None, exit_code: int | None = None) -> CrashInfo | None:
+    lines = text.splitlines()
+    start, stopped = _first_death(lines)
+    if start is None and (stopped or (exit_code != 2 and exit_code not in _EXIT_CRASH)):
+        return None
+    start = 0 if start is None else start
+    block = _traceback_block(lines, start)
+    exc = _exception_line(block)
+    sig = _pick(lines, start, block, exc, phase)
+    if sig is None and exit_code == 2:
+        sig = BY_ID["argparse_error"]
+    if sig is None and not exc and not DEATH_MARKERS.search("\n".join(lines[start:])) \
+            and exit_code not in _EXIT_CRASH:
+        return None
+    evidence = [ln for ln in (block or lines[start:]) if ln.strip(" ^~\t")]
+    if not exc:
+        exc = next((ln.strip() for ln in lines[max(0, start - 200):] if sig and sig.regex.search(ln)),
+                   evidence[0].strip() if evidence else "")
+    cls = sig.class_for(phase) if sig else _unknown_class(phase)
+    desc = f"{sig.description}; try: {sig.hint}" if sig else f"server died ({phase}) with no known signature"
+    return CrashInfo(cls=cls, signature=sig.id if sig else "unknown", phase=phase,
+                     level=level if phase == "load" else None, exception_line=exc[:500],
+                     traceback_excerpt="\n".join(evidence[-_EXCERPT_LINES:]), exit_code=exit_code,
+                     message=desc)
+
+
+class LogWatcher:
+    """Incremental reader of a server log; see the module docstring for the attributes."""
+
+    def __init__(self, start_offset: int = 0, context_lines: int = 200, max_region_lines: int = 4000):
+        self.offset = start_offset              # byte offset of the next unread byte
+        self._buf = b""
+        self._pre: deque[str] = deque(maxlen=context_lines)
+        self._region: list[str] = []
+        self._max_region = max_region_lines
+        self._context = context_lines
+        self._tb_start: tuple[float, int, int] | None = None   # (time, offset, line number)
+        self.milestones: dict[str, float] = {}
+        self.last_milestone: tuple[str, float] | None = None
+        self.facts: dict[str, int] = {}
+        self.prefill_batches = 0
+        self.decode_batches = 0
+        self.last_progress_at: float | None = None
+        self.unhealthy_at: float | None = None
+        self.stopping = False
+        self.crashed = False
+        self.first_traceback_at: float | None = None
+        self.first_traceback_offset: int | None = None
+        self.lines_seen = 0
+
+    @property
+    def ready(self) -> bool:
+        return "ready" in self.milestones
+
+    def mark_stopping(self) -> None:
+        """Call before sending TERM: later death markers are the requested stop, not a crash."""
+        self.stopping = True
+
+    def feed(self, data: bytes, now: float) -> None:
+        self._buf += data
+        *complete, self._buf = self._buf.split(b"\n")
+        for raw in complete:
+            self._line(raw.decode("utf-8", "replace").rstrip("\r"), now, len(raw) + 1)
+        if len(self._buf) > 1 << 20:              # a runaway partial line (progress bars): drop it
+            self.offset += len(self._buf)
+            self._buf = b""
+
+    def flush(self, now: float) -> None:
+        """End of log: treat a trailing partial line as complete."""
+        if self._buf:
+            raw, self._buf = self._buf, b""
+            self._line(raw.decode("utf-8", "replace"), now, len(raw))
+
+    def _line(self, line: str, now: float, nbytes: int) -> None:
+        offset, self.offset = self.offset, self.offset + nbytes
+        self.lines_seen += 1
+        if self.crashed:
+            if len(self._region) < self._max_region:
+                self._region.append(line)
+            return
+        self._track(line, now)
+        if _TRACEBACK in line and (self._tb_start is None
+                                   or self.lines_seen - self._tb_start[2] >= self._context):
+            self._tb_start = (now, offset, self.lines_seen)
+        if not self.stopping and _is_death(line):
+            self._on_death(line, now, offset)
+        else:
+            self._pre.append(line)
+
+    def _on_death(self, line: str, now: float, offset: int) -> None:
+        self.crashed = True
+        tb = self._tb_start
+        recent = tb is not None and self.lines_seen - tb[2] < self._context
+        self.first_traceback_at, self.first_traceback_offset = (tb[0], tb[1]) if recent else (now, offset)
+        self._region.append(line)
+
+    def _track(self, line: str, now: float) -> None:
+        m = _PROGRESS.search(line)
+        if m:
+            if m.group(1) == "Prefill":
+                self.prefill_batches += 1
+            else:
+                self.decode_batches += 1
+            self.last_progress_at = now
+            return
+        if SHUTDOWN_MARKER.search(line):
+            self.stopping = True
+        if "Health check failed" in line and self.unhealthy_at is None:
+            self.unhealthy_at = now
+        for name, rx in MILESTONES.items():
+            if rx.search(line):
+                self.milestones.setdefault(name, now)
+                self.last_milestone = (name, now)
+        if "max_total_num_tokens=" in line and "server_args=" not in line:
+            self.facts.update((k, int(v)) for k, v in _FACTS.findall(line))
+        if "KV Cache is allocated" in line:
+            m = re.search(r"#tokens: (\d+)", line)
+            if m:
+                self.facts.setdefault("kv_tokens", int(m.group(1)))
+
+    def text(self) -> str:
+        """The crash evidence kept so far: context before the first death line, and everything after."""
+        return "\n".join([*self._pre, *self._region])
+
+    def crash_info(self, phase: str, level: int | None = None, exit_code: int | None = None,
+                   detected_at: float | None = None) -> CrashInfo | None:
+        info = classify(self.text(), phase, level, exit_code)
+        if info is None:
+            return None
+        info.log_offset = self.first_traceback_offset
+        if detected_at is not None and self.first_traceback_at is not None:
+            info.detect_latency_s = max(0.0, detected_at - self.first_traceback_at)
+        return info
