@@ -1,0 +1,136 @@
+"""What a trial's result tells the sampler.
+
+A crashed config is told as COMPLETE with a positive `crash` constraint graded by how far up the ladder it got
+(Optuna's samplers ignore FAIL, so a FAIL would teach them nothing), its value the best stable throughput below the
+crash. Infra faults are never the config's failure: the trial is told FAIL (ignored by the samplers) and the same
+params are queued again, up to `search.infra_retries`. A flaky crash gets the same treatment once
+(`search.flaky_retries`) before it counts. SLO limits are constraints too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from optuna.trial import TrialState
+
+from tunectl.models import LevelResult, TrialResult
+from tunectl.profile import Profile
+
+PENALTY_LATENCY_MS = 1e9          # p99 TTFT told for a config that never served (multi-objective)
+
+
+@dataclass
+class Verdict:
+    state: TrialState                              # COMPLETE, PRUNED or FAIL
+    values: list[float] | None = None
+    constraints: dict[str, float] = field(default_factory=dict)
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    retry: bool = False                            # queue the same params again (infra / first flaky crash)
+    reason: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.state == TrialState.COMPLETE and all(v <= 0 for v in self.constraints.values())
+
+
+def planned_levels(prof: Profile) -> int:
+    return max(1, len(prof.bench.levels) * len(prof.bench.workloads))
+
+
+def primary_levels(result: TrialResult, prof: Profile) -> list[LevelResult]:
+    """Stable levels of the first workload (the one the objective is about)."""
+    kind = prof.bench.workloads[0].kind if prof.bench.workloads else None
+    ok = result.stable_levels
+    return [lv for lv in ok if lv.workload == kind] or ok
+
+
+def slo_violation(lv: LevelResult, slo: dict[str, float]) -> float:
+    """Largest relative excess over an SLO limit at this level (<= 0 when all limits hold)."""
+    if not slo:
+        return 0.0
+    worst = -1.0
+    for key, limit in slo.items():
+        got = lv.metrics.get(key)
+        excess = 1.0 if got is None else (float(got) - limit) / max(limit, 1e-9)
+        worst = max(worst, excess)
+    return worst
+
+
+def best_level(result: TrialResult, prof: Profile) -> tuple[LevelResult | None, float]:
+    """The level the objective reads (highest throughput meeting the SLO) and the SLO constraint value."""
+    levels = primary_levels(result, prof)
+    if not levels:
+        return None, 1.0 if prof.objective.slo else 0.0
+    slo = dict(prof.objective.slo)
+    meeting = [lv for lv in levels if slo_violation(lv, slo) <= 0]
+    if meeting:
+        return max(meeting, key=lambda lv: lv.metrics.get(prof.objective.metric, 0.0)), min(
+            slo_violation(lv, slo) for lv in meeting)
+    least = min(levels, key=lambda lv: slo_violation(lv, slo))
+    return least, slo_violation(least, slo)
+
+
+def crash_constraint(result: TrialResult, prof: Profile) -> float:
+    """1.0 for a config that never served; down to 1/planned for one that crashed at the last level."""
+    planned = planned_levels(prof)
+    stable = len(result.stable_levels)
+    return max(1.0 / planned, (planned - stable) / planned)
+
+
+def _values(lv: LevelResult | None, prof: Profile) -> list[float]:
+    thr = float(lv.metrics.get(prof.objective.metric, 0.0)) if lv else 0.0
+    if not prof.objective.multi_objective:
+        return [thr]
+    ttft = float(lv.metrics.get("p99_ttft_ms", PENALTY_LATENCY_MS)) if lv else PENALTY_LATENCY_MS
+    return [thr, ttft]
+
+
+def ladder_attr(result: TrialResult) -> list[list[Any]]:
+    """[workload, concurrency, status, output_throughput, duration_s] per level: compact, for the study DB."""
+    return [[lv.workload, lv.concurrency, lv.status, round(lv.output_throughput, 2), round(lv.duration_s, 3)]
+            for lv in result.levels]
+
+
+def evidence_attrs(result: TrialResult) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"status": result.status, "ladder": ladder_attr(result),
+                             "max_stable_concurrency": result.max_stable_concurrency,
+                             "wall_s": round(result.wall_s, 3), "attempt": result.attempt}
+    if result.crash:
+        c = result.crash
+        attrs.update({"crash_class": c.cls, "crash_signature": c.signature, "crash_phase": c.phase,
+                      "crash_level": c.level, "crash_exception": c.exception_line[:500],
+                      "crash_message": c.message[:500], "crash_exit_code": c.exit_code})
+    return attrs
+
+
+def _is_infra(result: TrialResult) -> bool:
+    return result.status == "infra" or bool(result.crash and result.crash.cls == "infra")
+
+
+def judge(result: TrialResult, prof: Profile, infra_tries: int = 0, flaky_tries: int = 0) -> Verdict:
+    """`infra_tries` / `flaky_tries`: how many retries this config already had for that reason."""
+    attrs = evidence_attrs(result)
+    if _is_infra(result):
+        retry = infra_tries < prof.search.infra_retries
+        return Verdict(TrialState.FAIL, user_attrs={**attrs, "infra_fault": True}, retry=retry,
+                       reason="infra fault: retried" if retry else "infra fault: retries exhausted")
+    if result.crash and result.crash.cls == "flaky" and flaky_tries < prof.search.flaky_retries:
+        return Verdict(TrialState.FAIL, user_attrs={**attrs, "flaky_retry": True}, retry=True,
+                       reason="flaky crash: one more try on a clean host")
+    lv, slo_c = best_level(result, prof)
+    if result.status == "pruned":
+        attrs["saved_s"] = round(result.saved_s, 3)
+        return Verdict(TrialState.PRUNED, user_attrs=attrs, reason="pruned on the ladder")
+    constraints = {"crash": 0.0, "slo": slo_c}
+    if result.crash or result.status == "crashed":
+        constraints["crash"] = crash_constraint(result, prof)
+        reason = f"crashed ({result.crash.cls if result.crash else 'unknown'})"
+    elif lv is None or lv.output_throughput <= 0:
+        constraints["crash"] = 1.0
+        attrs["degenerate"] = True
+        reason = "no stable level with output: infeasible"
+    else:
+        reason = "ok" if slo_c <= 0 else "SLO not met"
+    if lv is not None:
+        attrs["best_concurrency"] = lv.concurrency
+    return Verdict(TrialState.COMPLETE, _values(lv, prof), constraints, attrs, reason=reason)

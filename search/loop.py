@@ -1,0 +1,230 @@
+"""The ask/tell loop of one worker: baseline, search trials, duplicates, retries, finalists.
+
+The loop knows nothing of processes or hosts: it calls `evaluate(n, params, role, should_prune)` (the trial engine,
+bound by tunectl/study.py) and `cleanup(n)` (tear down what trial n left) and reports through `on_event`.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tunectl.models import LevelResult, TrialResult
+from tunectl.profile import Profile
+from tunectl.search import finalists as fin
+from tunectl.search.feedback import Verdict, judge
+from tunectl.search.pruning import make_pruner
+from tunectl.search.sampler import random_params
+from tunectl.search.space import baseline_params, config_key, suggest
+from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
+
+Evaluate = Callable[[int, dict[str, Any], str, Callable[[LevelResult], bool] | None], TrialResult]
+Event = Callable[[str, dict[str, Any]], None]
+MAX_DUPLICATES = 25
+
+
+@dataclass
+class Hooks:
+    evaluate: Evaluate
+    cleanup: Callable[[int], None] | None = None
+    on_event: Event | None = None
+    lock: Callable[[str], WorkerLock] | None = None     # a study-wide lock by name (baseline, finalists)
+
+
+@dataclass
+class LoopStats:
+    evaluated: int = 0
+    duplicates: int = 0
+    retries: int = 0
+    saved_s: float = 0.0
+    exhausted: bool = False
+    verdicts: list[fin.FinalistVerdict] = field(default_factory=list)
+
+
+def counted(t: FrozenTrial) -> bool:
+    """Trials that use the search budget: search/baseline, not duplicates, not failed attempts."""
+    return (fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
+            and t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING))
+
+
+class SearchLoop:
+    def __init__(self, study: optuna.Study, prof: Profile, hooks: Hooks, host_key: str, state: HostState,
+                 heartbeat_s: float = 10.0, seed: int | None = 0):
+        self.study, self.prof, self.hooks, self.host_key = study, prof, hooks, host_key
+        self.state, self.heartbeat_s = state, heartbeat_s
+        self.stats = LoopStats()
+        self.rng = random.Random(seed)
+
+    def emit(self, kind: str, **data: Any) -> None:
+        if self.hooks.on_event is not None:
+            self.hooks.on_event(kind, data)
+
+    def trials(self) -> list[FrozenTrial]:
+        return self.study.get_trials(deepcopy=False)
+
+    # ------------------------------------------------------------------------------------------ phases
+
+    def ensure_baseline(self) -> None:
+        lock = self.hooks.lock("baseline") if self.hooks.lock else None
+        if lock:
+            lock.acquire(blocking=True)
+        try:
+            if not any(fin.role(t) == "baseline" for t in self.trials()):
+                self.study.enqueue_trial(baseline_params(self.prof), user_attrs={"role": "baseline"})
+        finally:
+            if lock:
+                lock.release()
+
+    def search(self, n_trials: int) -> None:
+        dup_run = 0
+        while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
+            optuna.storages.fail_stale_trials(self.study)
+            trial = self.study.ask()
+            outcome = self.run_one(trial)
+            dup_run = dup_run + 1 if outcome == "duplicate" else 0
+            if dup_run >= MAX_DUPLICATES and not self._step_off():
+                self.stats.exhausted = True
+                self.emit("exhausted", trials=self.stats.evaluated)
+                return
+
+    def _waiting(self) -> bool:
+        return any(t.state == TrialState.WAITING for t in self.trials())
+
+    def _step_off(self) -> bool:
+        """The sampler keeps proposing configs already run: queue an unseen random one instead."""
+        seen = {config_key(t.params) for t in self.trials() if t.state != TrialState.FAIL}
+        for _ in range(200):
+            params = random_params(self.prof.search, self.rng)
+            if config_key(params) not in seen:
+                self.study.enqueue_trial(params, user_attrs={"role": "search", "stepped_off": True})
+                return True
+        return False
+
+    # ------------------------------------------------------------------------------------------ one trial
+
+    def run_one(self, trial: optuna.trial.Trial) -> str:
+        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)  # noqa: SLF001
+        params = suggest(trial, self.prof.search)
+        role = str(trial.user_attrs.get("role", "search"))
+        if role == "search" and self._duplicate(trial, params):
+            return "duplicate"
+        self.emit("trial_start", n=trial.number, params=params, role=role,
+                  done=sum(counted(t) for t in self.trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)))
+        result, pruner = self._evaluate(trial, params, role)
+        verdict = judge(result, self.prof, int(trial.user_attrs.get("infra_tries", 0)),
+                        int(trial.user_attrs.get("flaky_tries", 0)))
+        self.tell(trial, verdict)
+        self.stats.evaluated += 1
+        self.stats.saved_s += pruner.saved_s()
+        self.emit("trial_end", n=trial.number, params=params, role=role, state=verdict.state.name,
+                  values=verdict.values, feasible=verdict.feasible, reason=verdict.reason,
+                  constraints=verdict.constraints, result=result, best=self.best_value())
+        return verdict.state.name
+
+    def _evaluate(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str) -> tuple[TrialResult, Any]:
+        planned = [(w.kind, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
+        pruner = make_pruner(self.prof.search.pruning, self.study, trial if role == "search" else None, planned)
+        if role != "search":
+            pruner.cfg = pruner.cfg.model_copy(update={"enabled": False})   # baseline/finalists run the whole ladder
+        self.state.set(trial.number)
+        started = time.monotonic()
+        with Heartbeat(self.study._storage, trial._trial_id, self.heartbeat_s):  # noqa: SLF001
+            result = self.hooks.evaluate(trial.number, params, role, pruner)
+        self.state.clear()
+        if result.status == "pruned" and not result.saved_s:
+            result.saved_s = pruner.saved_s()
+        result.wall_s = result.wall_s or time.monotonic() - started
+        return result, pruner
+
+    def _duplicate(self, trial: optuna.trial.Trial, params: dict[str, Any]) -> bool:
+        key = config_key(params)
+        for t in self.trials():
+            if (t.number == trial.number or fin.role(t) == "finalist" or "duplicate_of" in t.user_attrs
+                    or config_key(t.params) != key):
+                continue
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+                self._tell_copy(trial, t)
+                return True
+            if t.state == TrialState.RUNNING:
+                trial.set_user_attr("duplicate_of", t.number)
+                self.study.tell(trial, state=TrialState.FAIL)
+                return True
+        return False
+
+    def _tell_copy(self, trial: optuna.trial.Trial, t: FrozenTrial) -> None:
+        """A config already run: tell its result again without running it (the sampler insisted)."""
+        self.stats.duplicates += 1
+        trial.set_user_attr("duplicate_of", t.number)
+        for k in ("status", "crash_class", "ladder"):
+            if k in t.user_attrs:
+                trial.set_user_attr(k, t.user_attrs[k])
+        if t.state == TrialState.PRUNED:
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return
+        for k, v in t.constraints.items() if isinstance(t.constraints, dict) else []:
+            trial.set_constraint(k, v)
+        self.study.tell(trial, t.values)
+        self.emit("duplicate", n=trial.number, of=t.number)
+
+    def tell(self, trial: optuna.trial.Trial, v: Verdict) -> None:
+        for k, val in v.user_attrs.items():
+            trial.set_user_attr(k, val)
+        trial.set_user_attr("reason", v.reason)
+        if v.state == TrialState.COMPLETE:
+            for k, val in v.constraints.items():
+                trial.set_constraint(k, val)
+            self.study.tell(trial, v.values)
+        elif v.state == TrialState.PRUNED:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        if v.retry:
+            self.stats.retries += 1
+            bump = "infra_tries" if v.user_attrs.get("infra_fault") else "flaky_tries"
+            requeue(self.study, self.study.trials[trial.number], v.reason, **{bump: 1})
+            self.emit("retry", n=trial.number, reason=v.reason)
+
+    def best_value(self) -> float | None:
+        cands = fin.candidates(self.trials())
+        return float(cands[0].values[0]) if cands else None
+
+    # ------------------------------------------------------------------------------------------ finalists
+
+    def finalists(self) -> list[fin.FinalistVerdict]:
+        cfg = self.prof.search.finalists
+        if cfg.top_k == 0 or cfg.reruns == 0:
+            self.stats.verdicts = []
+            return []
+        rounds = 1
+        while True:
+            picks = fin.pick(self.trials(), cfg.top_k, rounds)
+            self._run_reruns(picks, cfg.reruns)
+            trials = self.trials()
+            verdicts = [fin.verdict(trials, t, cfg.reruns) for t in picks]
+            if fin.winner(verdicts, cfg.top_k) or len(picks) < cfg.top_k * rounds or rounds >= 3:
+                self.stats.verdicts = verdicts
+                return verdicts
+            rounds += 1
+
+    def _run_reruns(self, picks: list[FrozenTrial], reruns: int) -> None:
+        lock = self.hooks.lock("finalists") if self.hooks.lock else None
+        if lock:
+            lock.acquire(blocking=True)
+        try:
+            fin.enqueue_reruns(self.study, picks, reruns)
+        finally:
+            if lock:
+                lock.release()
+        self.emit("finalists", picks=[t.number for t in picks], reruns=reruns)
+        while self._waiting():
+            optuna.storages.fail_stale_trials(self.study)
+            trial = self.study.ask()
+            if "fixed_params" not in self.study._storage.get_trial_system_attrs(trial._trial_id):  # noqa: SLF001
+                trial.set_user_attr("unused", True)      # the queue emptied under us: give the slot back
+                fail_running(self.study, self.study.trials[trial.number])
+                continue
+            self.run_one(trial)

@@ -1,0 +1,156 @@
+"""The profile's search space as Optuna distributions: knobs, conditions (`when`), the baseline, the grid.
+
+A knob is sampled only while its `when` conditions hold (e.g. `cuda-graph-max-bs` only with graphs on), so the
+params of a trial are exactly the knobs that were in effect. Which flag, patch or env variable a knob drives is
+the trial engine's business: this module deals in knob names and values only.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import optuna
+from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
+                                  IntDistribution)
+
+from tunectl.profile import ParamSpec, Profile, SearchSpec
+
+
+def distribution(spec: ParamSpec) -> BaseDistribution:
+    if spec.type == "bool":
+        return CategoricalDistribution([False, True])
+    if spec.type == "categorical" or spec.choices is not None:
+        return CategoricalDistribution(list(spec.choices or []))
+    assert spec.low is not None and spec.high is not None
+    if spec.type == "int":
+        step = int(spec.step or 1)
+        return IntDistribution(int(spec.low), int(spec.high), log=spec.log and step == 1, step=step)
+    step_f = None if spec.log else spec.step
+    return FloatDistribution(float(spec.low), float(spec.high), log=spec.log, step=step_f)
+
+
+def knob_order(space: dict[str, ParamSpec]) -> list[str]:
+    """Knobs in declaration order, each after the knobs its `when` refers to."""
+    done: list[str] = []
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in done:
+            return
+        if name in stack:
+            raise ValueError(f"search.space.{name}.when: circular condition via {' -> '.join(stack)}")
+        for other in space[name].when:
+            visit(other, (*stack, name))
+        done.append(name)
+
+    for knob in space:
+        visit(knob, ())
+    return done
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+    if isinstance(wanted, list):
+        return value in wanted
+    return bool(value == wanted)
+
+
+def is_active(spec: ParamSpec, params: dict[str, Any]) -> bool:
+    return all(other in params and _matches(params[other], want) for other, want in spec.when.items())
+
+
+def suggest(trial: optuna.trial.BaseTrial, search: SearchSpec) -> dict[str, Any]:
+    """Sample the active knobs of one trial (ask-and-tell)."""
+    params: dict[str, Any] = {}
+    for name in knob_order(search.space):
+        spec = search.space[name]
+        if is_active(spec, params):
+            params[name] = _suggest_one(trial, name, distribution(spec))
+    return params
+
+
+def _suggest_one(trial: optuna.trial.BaseTrial, name: str, dist: BaseDistribution) -> Any:
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, list(dist.choices))
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    assert isinstance(dist, FloatDistribution)
+    return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def _base_value(name: str, spec: ParamSpec, prof: Profile) -> Any:
+    if spec.default is not None:
+        return spec.default
+    if spec.patch is not None:
+        return spec.patch in prof.server.patches
+    if spec.env is not None:
+        raw = prof.server.env.get(spec.env)
+        return None if raw is None else _coerce(spec, raw)
+    flag = spec.flag or name
+    for key in (flag, flag.replace("-", "_"), flag.replace("_", "-")):
+        if key in prof.server.flags:
+            return _coerce(spec, prof.server.flags[key])
+    return False if spec.type == "bool" else None
+
+
+def _coerce(spec: ParamSpec, raw: Any) -> Any:
+    if spec.type == "bool" and isinstance(raw, str):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if spec.type == "int" and spec.choices is None:
+        return int(raw)
+    if spec.type == "float" and spec.choices is None:
+        return float(raw)
+    return raw
+
+
+def baseline_params(prof: Profile) -> dict[str, Any]:
+    """Trial 0: the profile's base values (ParamSpec.default, else the base flag/patch/env). Knobs whose base
+    value is unknown are left out and sampled."""
+    params: dict[str, Any] = {}
+    for name in knob_order(prof.search.space):
+        spec = prof.search.space[name]
+        if not is_active(spec, params):
+            continue
+        value = _base_value(name, spec, prof)
+        if value is not None:
+            params[name] = value
+    return params
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """One string per configuration: the duplicate check compares these."""
+    return json.dumps({k: params[k] for k in sorted(params)}, sort_keys=True, default=str)
+
+
+def _numeric_points(spec: ParamSpec, points: int) -> list[Any]:
+    assert spec.low is not None and spec.high is not None
+    lo, hi = spec.low, spec.high
+    if spec.type == "int" and spec.step:
+        vals = list(range(int(lo), int(hi) + 1, int(spec.step)))
+        if len(vals) <= points:
+            return vals
+    if spec.log:
+        raw = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+    else:
+        raw = [lo + (hi - lo) * i / (points - 1) for i in range(points)]
+    if spec.type == "int":
+        step = int(spec.step or 1)
+        return sorted({int(lo) + step * round((v - lo) / step) for v in raw})
+    return [round(v, 6) for v in raw]
+
+
+def grid_space(search: SearchSpec, points: int = 4) -> dict[str, list[Any]]:
+    """A finite grid for GridSampler: choices as they are, numeric ranges at `points` values (log-spaced where
+    the knob is log)."""
+    grid: dict[str, list[Any]] = {}
+    for name, spec in search.space.items():
+        if spec.type == "bool":
+            grid[name] = [False, True]
+        elif spec.choices is not None:
+            grid[name] = list(spec.choices)
+        else:
+            grid[name] = _numeric_points(spec, max(2, points))
+    return grid
+
+
+def grid_size(grid: dict[str, list[Any]]) -> int:
+    return math.prod(len(v) for v in grid.values()) if grid else 1

@@ -1,0 +1,196 @@
+"""Study storage, resume and worker ownership.
+
+- Storage: SQLite at results/<study>/study.db unless a URL is given (PostgreSQL for many workers). It is a plain
+  Optuna RDB storage: `optuna.load_study` and optuna-dashboard open it as it is.
+- Heartbeat: Optuna's heartbeat only runs inside `Study.optimize`; with ask/tell we run our own thread calling
+  `storage.record_heartbeat`, and call `fail_stale_trials` on startup and before each ask. A stale trial is told
+  FAIL and its params are queued again.
+- Ownership: one worker per host. A lock held for the worker's life (a PostgreSQL advisory lock on a held
+  connection, else an flock): both vanish with the process, kill -9 included. Holding it means every RUNNING trial
+  recorded for this host is an orphan of a dead worker: its server is torn down and its params re-queued.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from tunectl.errors import UsageError
+
+HOST_ATTR = "tunectl:host"
+# Heartbeat with ask/tell and `group` are what this module is for; Optuna's notes about them are noise here.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+HEARTBEAT_S = 10
+RETRY_KEEP = ("role", "finalist_of", "rerun", "infra_tries", "flaky_tries")
+
+
+def default_storage_url(study_dir: Path) -> str:
+    study_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(study_dir / 'study.db').resolve()}"
+
+
+def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> RDBStorage:
+    return RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
+                      heartbeat_stale_trial_callback=lambda study, t: requeue(study, t, "stale heartbeat"),
+                      engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None)
+
+
+def requeue(study: optuna.Study, t: FrozenTrial, reason: str, **bump: int) -> None:
+    """Queue the same params again, keeping the trial's role and retry counters."""
+    attrs = {k: t.user_attrs[k] for k in RETRY_KEEP if k in t.user_attrs}
+    for k, inc in bump.items():
+        attrs[k] = int(attrs.get(k, 0)) + inc
+    attrs.update(retry_of=t.number, retry_reason=reason)
+    study.enqueue_trial(dict(t.params), user_attrs=attrs)
+
+
+def fail_running(study: optuna.Study, t: FrozenTrial) -> bool:
+    """FAIL a RUNNING trial; False if someone else finished it first."""
+    try:
+        return bool(study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL))  # noqa: SLF001
+    except Exception:  # UpdateFinishedTrialError and friends: another worker got there first
+        return False
+
+
+class Heartbeat:
+    """Records a heartbeat for one trial every interval while the trial runs."""
+
+    def __init__(self, storage: Any, trial_id: int, interval: float):
+        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="tunectl-heartbeat")
+
+    def _beat(self) -> None:
+        while True:
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception:  # a transient DB error must not kill the trial; the next beat retries
+                pass
+            if self.stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        if getattr(self.storage, "is_heartbeat_enabled", lambda: False)():
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80] + "-" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+class WorkerLock:
+    """A named lock for one study, released when the holder dies."""
+
+    def __init__(self, url: str, lock_dir: Path, study_name: str, name: str):
+        self.url, self.name = url, f"{study_name}:{name}"
+        self.path = lock_dir / f"{_slug(self.name)}.lock"
+        self._fd: int | None = None
+        self._conn: Any = None
+
+    def acquire(self, blocking: bool = False) -> bool:
+        if self.url.startswith("postgresql"):
+            return self._pg_acquire(blocking)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def _pg_acquire(self, blocking: bool) -> bool:
+        import sqlalchemy as sa
+
+        key = int.from_bytes(hashlib.sha1(self.name.encode()).digest()[:8], "big", signed=True)
+        conn = sa.create_engine(self.url, poolclass=sa.pool.NullPool).connect()
+        fn = "pg_advisory_lock" if blocking else "pg_try_advisory_lock"
+        got = conn.execute(sa.text(f"SELECT {fn}(:k)"), {"k": key}).scalar()
+        if got is False:
+            conn.close()
+            return False
+        conn.commit()
+        self._conn = conn
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> WorkerLock:
+        self.acquire(blocking=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def claim_host(url: str, lock_dir: Path, study_name: str, host_key: str) -> WorkerLock:
+    lock = WorkerLock(url, lock_dir, study_name, f"host:{host_key}")
+    if not lock.acquire(blocking=False):
+        raise UsageError(f"host {host_key} already has a worker in study {study_name!r}: one worker per host "
+                         "(give this worker another host, or other GPUs with host.gpus)")
+    return lock
+
+
+class HostState:
+    """results/<study>/hosts/<host>.json: the trial this host is running now (survives kill -9)."""
+
+    def __init__(self, state_dir: Path, host_key: str):
+        self.path = state_dir / f"{_slug(host_key)}.json"
+
+    def set(self, n: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{n}\n")
+        os.replace(tmp, self.path)
+
+    def get(self) -> int | None:
+        try:
+            return int(self.path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def recover(study: optuna.Study, host_key: str, state: HostState,
+            cleanup: Callable[[int], None] | None) -> list[int]:
+    """Run while holding the host lock: tear down what a dead worker left on this host, FAIL its RUNNING
+    trials and queue their params again. Returns the trial numbers recovered."""
+    numbers = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+               if t.system_attrs.get(HOST_ATTR) == host_key}
+    last = state.get()
+    todo = sorted(set(numbers) | ({last} if last is not None else set()))
+    for n in todo:
+        if cleanup is not None:
+            cleanup(n)
+        t = numbers.get(n)
+        if t is not None and fail_running(study, t):
+            requeue(study, t, "worker died mid-trial")
+    state.clear()
+    return todo

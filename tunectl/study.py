@@ -1,0 +1,185 @@
+"""The one function that wires profile + runner + store + search: `run_search`.
+
+Library code: reports through `on_event(kind, data)`, never prints. The CLI (tunectl/commands/search.py) owns
+the console.
+"""
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+
+from tunectl.models import LevelResult, TrialResult
+from tunectl.profile import Profile
+from tunectl.search import finalists as fin
+from tunectl.search.loop import Evaluate, Hooks, SearchLoop
+from tunectl.search.sampler import make_sampler
+from tunectl.search.study import (HEARTBEAT_S, HostState, WorkerLock, claim_host, default_storage_url,
+                                  open_storage, recover)
+from tunectl.store import DEFAULT_ROOT, StudyStore, read_json
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class SearchOutcome:
+    study: str
+    storage: str
+    results_dir: str
+    wall_s: float
+    trials: int                                    # search trials finished in the study (all workers)
+    evaluated: int                                 # trials this worker ran (search + finalists)
+    crashed: int
+    pruned: int
+    duplicates: int
+    retries: int
+    saved_s: float
+    best: dict[str, Any] | None                    # the winner: trial, params, value, ladder, argv, config
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    trials_to_best: int | None = None              # search trials until the winner's config was first seen
+    exhausted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def host_key(prof: Profile, runner_name: str) -> str:
+    gpus = ",".join(str(g) for g in prof.host.gpus) if prof.host.gpus is not None else "all"
+    return f"{runner_name}:gpus={gpus}"
+
+
+def make_runner(prof: Profile) -> Any:
+    if prof.host.kind == "ssh":
+        from tunectl.runners.ssh import SSHRunner
+
+        return SSHRunner(prof.host, python=prof.server.python)
+    from tunectl.runners.local import LocalRunner
+
+    return LocalRunner()
+
+
+def _engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event | None) -> Evaluate:
+    from tunectl.trial import TrialContext, run_trial
+
+    ctx = TrialContext(prof, runner, store)
+
+    def evaluate(n: int, params: dict[str, Any], role: str,
+                 should_prune: Callable[[LevelResult], bool] | None) -> TrialResult:
+        relay = (lambda kind, data: on_event(kind, {"n": n, **data})) if on_event else None
+        return run_trial(ctx, n, params, role, relay, should_prune)
+
+    return evaluate
+
+
+def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) -> None:
+    """Tear down the server trial n left behind (by its recorded process group and run id, never by name)."""
+    from tunectl.runners._base import ProcHandle
+
+    launch = store.trial_dir(n) / "launch.json"
+    if not launch.exists():
+        return
+    plan = read_json(launch)
+    if not plan.get("run_id") or not plan.get("trial_dir"):
+        return
+    handle = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
+    if not runner.group_processes(handle):
+        return
+    runner.signal_group(handle, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while runner.group_processes(handle) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if runner.group_processes(handle):
+        runner.signal_group(handle, signal.SIGKILL)
+
+
+def run_search(prof: Profile, trials: int | None = None, study_name: str | None = None,
+               storage_url: str | None = None, seed: int | None = None, on_event: Event | None = None,
+               root: Path | str = DEFAULT_ROOT, evaluate: Evaluate | None = None, runner: Any = None,
+               heartbeat_s: int = HEARTBEAT_S) -> SearchOutcome:
+    started = time.monotonic()
+    name = study_name or prof.name
+    store = StudyStore(name, root)
+    url = storage_url or default_storage_url(store.dir)
+    seed = prof.search.seed if seed is None else seed
+    n_trials = trials or prof.search.trials
+    if evaluate is None and runner is None:
+        runner = make_runner(prof)
+    key = host_key(prof, runner.name if runner is not None else "virtual")
+    lock_dir = store.dir / "locks"
+    host_lock = claim_host(url, lock_dir, name, key)
+    try:
+        study = optuna.create_study(
+            study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
+            sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
+            directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
+        store.write_study({"kind": "search", "storage": _redact_url(url), "profile": prof.model_dump(mode="json"),
+                           "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
+        hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
+                      cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
+                      on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname))
+        state = HostState(store.dir / "hosts", key)
+        recovered = recover(study, key, state, hooks.cleanup)
+        if recovered and on_event:
+            on_event("recovered", {"trials": recovered})
+        loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
+        loop.ensure_baseline()
+        loop.search(n_trials)
+        loop.finalists()
+        outcome = summarize(study, prof, loop, store, url, time.monotonic() - started)
+        store.write_best(outcome.to_dict())
+        return outcome
+    finally:
+        host_lock.release()
+
+
+def _redact_url(url: str) -> str:
+    """postgresql://user:secret@host/db -> postgresql://user:***@host/db"""
+    head, sep, tail = url.partition("://")
+    if "@" not in tail or ":" not in tail.split("@", 1)[0]:
+        return url
+    cred, rest = tail.split("@", 1)
+    return f"{head}{sep}{cred.split(':', 1)[0]}:***@{rest}"
+
+
+def _launch_of(store: StudyStore, n: int) -> dict[str, Any]:
+    p = store.trial_dir(n) / "launch.json"
+    if not p.exists():
+        return {}
+    plan = read_json(p)
+    cfg = store.trial_dir(n) / "config.yaml"
+    return {"argv": plan.get("argv"), "exec_argv": plan.get("exec_argv"), "config": plan.get("config"),
+            "config_file": str(cfg) if cfg.exists() else None, "env": plan.get("env"),
+            "patches": plan.get("patches")}
+
+
+def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: StudyStore, url: str,
+              wall_s: float) -> SearchOutcome:
+    trials = study.get_trials(deepcopy=False)
+    search = [t for t in trials if fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
+              and t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    verdicts = loop.stats.verdicts
+    win = fin.winner(verdicts, prof.search.finalists.top_k)
+    cands = fin.candidates(trials)
+    best_t = next((t for t in cands if win and t.number == win.trial), None)
+    if best_t is None and not verdicts and cands:
+        best_t = cands[0]                           # finalists disabled: the best search trial
+    best = None
+    if best_t is not None:
+        best = {"trial": best_t.number, "params": dict(best_t.params), "value": best_t.values[0],
+                "confirmed_value": win.score if win else None, "metric": prof.objective.metric,
+                "ladder": best_t.user_attrs.get("ladder"), "best_concurrency": best_t.user_attrs.get(
+                    "best_concurrency"), **_launch_of(store, best_t.number)}
+    order = sorted(search, key=lambda t: t.number)
+    to_best = next((i + 1 for i, t in enumerate(order) if best and t.params == best["params"]), None)
+    return SearchOutcome(
+        study=study.study_name, storage=_redact_url(url), results_dir=str(store.dir), wall_s=round(wall_s, 2),
+        trials=len(search), evaluated=loop.stats.evaluated,
+        crashed=sum(t.user_attrs.get("crash_class") is not None for t in search),
+        pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in search),
+        duplicates=loop.stats.duplicates, retries=loop.stats.retries, saved_s=round(loop.stats.saved_s, 2),
+        best=best, finalists=[v.to_dict() for v in verdicts], trials_to_best=to_best,
+        exhausted=loop.stats.exhausted)

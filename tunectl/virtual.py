@@ -1,0 +1,77 @@
+"""A virtual-clock trial: the stand-in's performance and crash model evaluated without processes.
+
+`VirtualEvaluator(profile)` has the trial engine's call shape (n, params, role, should_prune) -> TrialResult, so a
+whole search runs in seconds (bench/search_efficiency.py, search tests). Numbers are the model's, in modeled
+units; the live stand-in runs the same model in scaled time.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tunectl.models import CrashInfo, LevelResult, TrialResult
+from tunectl.profile import Profile
+
+
+def plan_inputs(prof: Profile, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """(flags, env, patches) a trial runs with: the base, then each knob on its target."""
+    flags, env, patches = dict(prof.server.flags), dict(prof.server.env), list(prof.server.patches)
+    for name, value in params.items():
+        spec = prof.search.space.get(name)
+        if spec is None:
+            continue
+        if spec.patch is not None:
+            if value and spec.patch not in patches:
+                patches.append(spec.patch)
+            elif not value and spec.patch in patches:
+                patches.remove(spec.patch)
+        elif spec.env is not None:
+            env[spec.env] = str(value)
+        else:
+            flags[spec.flag or name] = value
+    return flags, env, patches
+
+
+class VirtualEvaluator:
+    def __init__(self, prof: Profile, seed: int = 0):
+        from tunectl.sim.model import load_card
+
+        self.prof, self.seed = prof, seed
+        self.card = load_card(prof.server.sim.card)
+        self.calls = 0
+
+    def __call__(self, n: int, params: dict[str, Any], role: str,
+                 should_prune: Callable[[LevelResult], bool] | None = None) -> TrialResult:
+        from tunectl.sim.model import virtual_ladder
+
+        self.calls += 1
+        flags, env, patches = plan_inputs(self.prof, params)
+        wl = self.prof.bench.workloads[0]
+        lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels, workload_kind=wl.kind,
+                             input_len=wl.input_len, output_len=wl.output_len, seed=self.seed * 100003 + n,
+                             prompts_per_level=wl.prompts_per_level, min_prompts=wl.min_prompts,
+                             shared_prefix_len=wl.shared_prefix_len)
+        res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual",
+                          ready_s=lad.startup_s)
+        if lad.startup_crash is not None:
+            c = lad.startup_crash
+            res.status = "crashed"
+            res.crash = CrashInfo("config_error", c.signature, "startup", exception_line=c.exception,
+                                  exit_code=137, message=f"startup crash in {c.phase}")
+            return res
+        for lv in lad.levels:
+            if lv.output_throughput is None:
+                cls = "hang" if lad.crash and lad.crash.signature == "watchdog_timeout" else "load_crash"
+                res.crash = CrashInfo(cls, lad.signature or "unknown", "load", level=lv.concurrency,
+                                      exit_code=137, message=f"crashed at concurrency {lv.concurrency}")
+                res.levels.append(LevelResult(lv.concurrency, "crashed", wl.kind, crash=res.crash))
+                res.status = "crashed"
+                break
+            out = LevelResult(lv.concurrency, "ok", wl.kind, completed=lv.completed, duration_s=lv.duration_s,
+                              metrics={"output_throughput": lv.output_throughput,
+                                       "mean_ttft_ms": lv.mean_ttft_ms, "p99_ttft_ms": lv.p99_ttft_ms})
+            res.levels.append(out)
+            if should_prune is not None and should_prune(out):
+                res.status = "pruned"
+                break
+        res.wall_s = lad.startup_s + sum(lv.duration_s for lv in res.levels)
+        return res
