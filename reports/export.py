@@ -44,9 +44,10 @@ def frames(data: StudyData) -> dict[str, pd.DataFrame]:
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     """Parquet needs one type per column: a column mixing kinds (a knob that is a number in one trial and a
-    word in another) becomes text."""
+    word in another) becomes text; a knob a trial did not set is None."""
     for col in df.columns:
         if df[col].dtype == object:
+            df[col] = df[col].astype(object).where(df[col].notna(), None)   # one missing marker: None
             kinds = {type(v) for v in df[col].dropna()}
             if len(kinds) > 1:
                 df[col] = df[col].map(lambda v: None if v is None or v != v else str(v))

@@ -94,7 +94,7 @@ def _tables_html(r: dict[str, Any]) -> str:
     crashes = r["crash_map"]["crashes"]
     fin = [{**g, "runs": " / ".join(f"#{x['trial']} {x['output_throughput']:,.0f}" for x in g["runs"])}
            for g in r["finalists"]]
-    rows = [{**t, "log": f'<a href="{html.escape(t["log"])}">server.log</a>'} for t in r["trials"]]
+    rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>'} for t in r["trials"]]
     diff_cols = ["flag"] + [c for c in ("best", "baseline", "reference") if any(c in d for d in r["flag_diff"])]
     return (
         "<section id='flags'><h2>Winner vs baseline and reference (differing flags)</h2>"

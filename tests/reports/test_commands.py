@@ -1,0 +1,121 @@
+"""tunectl report / trials / best / diff / export on fixture studies, through the real typer app."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from tunectl.cli import app
+from tunectl.profile import load_profile
+from tunectl.reports.data import load_study
+from tunectl.reports.export import frames
+from tunectl.store import StudyStore, read_json
+
+REPO = Path(__file__).resolve().parents[2]
+K2 = REPO / "profiles" / "k2-thinking-reference.yaml"
+
+
+def run(root: Path, *args: str):
+    res = CliRunner().invoke(app, [*args, "--results", str(root)])
+    return res
+
+
+def test_best_command_reproduces_launch_json_argv_exactly(results_root):
+    res = run(results_root, "best", "--format", "command")
+    assert res.exit_code == 0, res.output
+    store = StudyStore("glm5-search", results_root)        # the most recent study is the default
+    argv = read_json(store.trial_dir(store.read_best()["trial"]) / "launch.json")["argv"]
+    assert shlex.split(res.stdout.strip()) == argv
+    assert any(" " in a for a in argv) and any('"' in a for a in argv)  # quoting is exercised
+
+
+def test_best_yaml_is_the_config_file_as_launched_and_json_parses(results_root):
+    store = StudyStore("glm5-search", results_root)
+    n = store.read_best()["trial"]
+    res = run(results_root, "best", "--study", "glm5-search", "--format", "yaml")
+    assert res.exit_code == 0 and res.stdout == (store.trial_dir(n) / "config.yaml").read_text()
+    doc = json.loads(run(results_root, "best", "-f", "json").stdout)
+    assert doc["trial"] == n and doc["argv"] == read_json(store.trial_dir(n) / "launch.json")["argv"]
+    assert doc["env"]["SGLANG_API_KEY"] == "<redacted>"
+
+
+def test_bad_format_and_unknown_study_are_one_line_errors(results_root):
+    res = run(results_root, "best", "--format", "xml")
+    assert res.exit_code == 2 and "command, yaml, json" in res.output and "Traceback" not in res.output
+    res = run(results_root, "trials", "--study", "nope")
+    assert res.exit_code == 2 and "glm5-search" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_trials_lists_every_trial_with_status(results_root):
+    res = CliRunner().invoke(app, ["trials", "--results", str(results_root)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    for t in StudyStore("glm5-search", results_root).trials():
+        assert f"│ {t.trial:>2} │" in res.stdout or f"│ {t.trial} │" in res.stdout
+    assert "load_crash @c=512" in res.stdout and "pruned" in res.stdout
+
+
+def test_diff_two_trials_shows_differing_flags_and_the_crash(results_root):
+    res = CliRunner().invoke(app, ["diff", "glm5-search:0", "glm5-search:2", "--results", str(results_root)],
+                             terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert "max-running-requests" in res.stdout and "flashinfer_cutlass" in res.stdout
+    assert "page_table_1_flattened" in res.stdout
+    assert "kv-cache-dtype" not in res.stdout          # equal flags hidden without --all
+    assert "3 flag(s) differ" in res.stdout
+
+
+def test_diff_best_against_the_reference_profile(results_root):
+    res = CliRunner().invoke(app, ["diff", "glm5-search", str(K2), "--results", str(results_root)],
+                             terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert "k2-thinking-reference" in res.stdout and "5,816.0" in res.stdout
+    assert "2048" in res.stdout and "1024" in res.stdout   # max-running-requests differs
+
+
+def test_diff_bad_sides_are_one_line_errors(results_root):
+    for a in ("glm5-search:99", "missing-study", "glm5-search:x", "nothere.yaml"):
+        res = run(results_root, "diff", a, "glm5-search")
+        assert res.exit_code == 2 and "Traceback" not in res.output, (a, res.output)
+
+
+def test_reference_profile_loads_with_its_reported_result():
+    prof = load_profile(K2)
+    assert prof.reference is not None and prof.reference.output_throughput == 5816
+    assert prof.server.flags["disable-cuda-graph"] is True
+    assert prof.server.flags["max-running-requests"] == 2048
+    assert prof.server.flags["moe-runner-backend"] == "flashinfer_cutlass"
+    assert "flashinfer-cutlass-autotune" in prof.server.patches
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_export_round_trips(results_root, tmp_path, fmt):
+    res = run(results_root, "export", "--format", fmt, "--out", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    want = frames(load_study(StudyStore("glm5-search", results_root)))
+    for name, df in want.items():
+        got = pd.read_csv(tmp_path / f"glm5-search-{name}.csv") if fmt == "csv" else \
+            pd.read_parquet(tmp_path / f"glm5-search-{name}.parquet")
+        assert list(got.columns) == list(df.columns)
+        if fmt == "csv":   # CSV has one spelling for "missing" and no types: compare values
+            got, df = (x.astype(object).where(x.notna(), None) for x in (got, df))
+        pd.testing.assert_frame_equal(got, df, check_dtype=fmt == "parquet", check_exact=False)
+    levels = want["levels"]
+    assert set(levels["status"]) >= {"ok", "crashed", "pruned"}
+    assert len(levels) == sum(len(t.levels) for t in StudyStore("glm5-search", results_root).trials())
+
+
+def test_report_writes_a_page_with_working_log_links(results_root, tmp_path):
+    out = tmp_path / "elsewhere" / "r.html"
+    out.parent.mkdir()
+    res = run(results_root, "report", "--study", "glm5-search", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    hrefs = [h.split('"', 1)[0] for h in page.split('<a class="log" href="')[1:]]
+    assert len(hrefs) == len(StudyStore("glm5-search", results_root).trials())
+    assert all((out.parent / h).resolve().is_file() for h in hrefs)
+    res = run(results_root, "report", "--study", "sweep-1")
+    assert res.exit_code == 0 and (results_root / "sweep-1" / "report.html").is_file()

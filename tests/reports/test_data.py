@@ -1,0 +1,198 @@
+"""The report's data for fixture studies written through StudyStore (completed, crashed, pruned, finalists)."""
+from __future__ import annotations
+
+import shutil
+import statistics
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests.reports.fixtures import BEST_TRIAL, PAGE_TABLE_LINE, build_search_study
+from tunectl.reports.data import best_trial, history, load_study, pareto, summary, throughput_curves
+from tunectl.reports.importance import importance
+from tunectl.reports.render import compute, render
+from tunectl.reports.tables import crash_map, finalists, trial_rows
+from tunectl.store import StudyStore, read_json
+
+
+@pytest.fixture(scope="module")
+def data(results_root: Path):
+    return load_study(StudyStore("glm5-search", results_root))
+
+
+def _level_files(store: StudyStore, n: int) -> list[dict]:
+    return [read_json(p) for p in sorted((store.trial_dir(n) / "levels").glob("*.json"))]
+
+
+def test_summary_names_best_json_winner_with_its_peak_and_command(data, results_root):
+    s = summary(data)["best"]
+    store = StudyStore("glm5-search", results_root)
+    assert s["trial"] == store.read_best()["trial"] == BEST_TRIAL
+    levels = [lv for lv in _level_files(store, BEST_TRIAL) if lv["status"] == "ok"]
+    peak = max(levels, key=lambda lv: lv["metrics"]["output_throughput"])
+    assert s["output_throughput"] == peak["metrics"]["output_throughput"]
+    assert s["concurrency"] == peak["concurrency"]
+    assert s["latencies"]["p99_ttft_ms"] == peak["metrics"]["p99_ttft_ms"]
+    assert s["argv"] == read_json(store.trial_dir(BEST_TRIAL) / "launch.json")["argv"]
+    assert s["sglang_version"] == "0.5.9" and s["host"] == "gpu-box-1"
+    assert s["patch_hashes"] and all(len(h) == 64 for h in s["patch_hashes"].values())
+    base = summary(data)["baseline"]
+    assert s["speedup_vs_baseline"] == pytest.approx(s["output_throughput"] / base["output_throughput"])
+
+
+def test_without_best_json_the_winner_is_the_best_trial_that_finished_ok(tmp_path):
+    store = build_search_study(tmp_path, with_db=False)
+    (store.dir / "best.json").unlink()
+    d = load_study(store)
+    winner = best_trial(d)
+    assert winner is not None and winner.status == "ok"
+    assert winner.best_output_throughput == max(t.best_output_throughput for t in d.trials if t.status == "ok")
+    crashed = [t for t in d.trials if t.status == "crashed"]
+    assert crashed  # a crashed trial's stable levels never make it the winner
+
+
+def test_curves_cover_top_configs_and_baseline_and_stop_before_the_crash(data):
+    tc = throughput_curves(data, top=4)
+    roles = [c["role"] for c in tc["curves"]]
+    assert "baseline" in roles
+    params = [repr(sorted(next(t for t in data.trials if t.trial == c["trial"]).params.items()))
+              for c in tc["curves"]]
+    assert len(params) == len(set(params)), "reruns of one config collapse into one curve"
+    crashed = [c for c in tc["curves"] if c["crashed_at"]]
+    assert crashed, "the page_table crash at 512 is among the top configs"
+    for c in crashed:
+        assert max(c["concurrency"]) < c["crashed_at"]
+    for c in tc["curves"]:
+        assert c["concurrency"] == sorted(c["concurrency"])
+        assert len(c["p99_ttft_ms"]) == len(c["concurrency"])
+    assert tc["reference"]["output_throughput"] == 5816.0
+
+
+def test_history_marks_crashes_and_keeps_a_running_best(data):
+    rows = history(data.trials)
+    assert [r["trial"] for r in rows] == sorted(t.trial for t in data.trials)
+    best = [r["running_best"] for r in rows]
+    assert best == sorted(best)
+    assert {r["crash_class"] for r in rows if r["status"] == "crashed"} == {"load_crash", "config_error"}
+    pruned = [r for r in rows if r["status"] == "pruned"]
+    assert pruned and all(r["running_best"] >= r["output_throughput"] for r in pruned)
+
+
+def test_crash_map_places_the_exception_at_its_level_and_values(data):
+    cm = crash_map(data.trials)
+    hits = [c for c in cm["cells"] if c["crashed"].get("load_crash")]
+    assert {c["level"] for c in hits} == {512}
+    assert {(c["param"], c["value"]) for c in hits} >= {("moe-runner-backend", "flashinfer_cutlass"),
+                                                        ("disable-cuda-graph", "true")}
+    assert all(PAGE_TABLE_LINE in c["exception_lines"] for c in hits)
+    startup = [c for c in cm["crashes"] if c["phase"] == "startup"]
+    assert startup and startup[0]["class"] == "config_error" and "OutOfMemoryError" in startup[0]["exception_line"]
+    passed_256 = [c for c in cm["cells"] if c["level"] == 256 and c["value"] == "flashinfer_cutlass"]
+    assert passed_256 and passed_256[0]["ok"] >= 2 and not passed_256[0]["crashed"]
+
+
+def test_pareto_front_is_exactly_the_non_dominated_points(data):
+    p = pareto(data.trials)
+
+    def dominated(q):
+        return any(o["output_throughput"] >= q["output_throughput"] and o["p99_ttft_ms"] <= q["p99_ttft_ms"]
+                   and (o["output_throughput"], o["p99_ttft_ms"]) != (q["output_throughput"], q["p99_ttft_ms"])
+                   for o in p["points"])
+
+    assert p["front"] and all(not dominated(q) for q in p["front"])
+    front_ids = {(q["trial"], q["concurrency"]) for q in p["front"]}
+    for q in p["points"]:
+        if (q["trial"], q["concurrency"]) not in front_ids:
+            assert dominated(q) or any(f["output_throughput"] == q["output_throughput"]
+                                       and f["p99_ttft_ms"] == q["p99_ttft_ms"] for f in p["front"])
+
+
+def test_finalists_group_reruns_with_their_search_trial(data):
+    fin = finalists(data.trials)
+    assert len(fin) == 2
+    top = fin[0]
+    runs = [t for t in data.trials if t.role == "finalist" and t.params == top["params"]]
+    assert [r["trial"] for r in top["runs"]] == [t.trial for t in runs]
+    assert top["mean_output_throughput"] == pytest.approx(statistics.fmean(t.best_output_throughput for t in runs))
+    origin = next(t for t in data.trials if t.trial == top["search_trial"])
+    assert origin.role == "search" and origin.params == top["params"]
+
+
+def test_importance_uses_optuna_when_study_db_exists_else_spread(data, tmp_path):
+    with_db = importance(data.trials, data.study_db)
+    assert with_db["method"].startswith("optuna")
+    names = {k for t in data.trials for k in t.params}
+    assert set(with_db["values"]) == names
+    spread = importance(data.trials, None)
+    assert spread["method"] == "spread" and set(spread["values"]) == names
+    assert sum(spread["values"].values()) == pytest.approx(1.0)
+    broken = tmp_path / "study.db"
+    broken.write_bytes(b"not a database")
+    assert importance(data.trials, broken)["method"] == "spread"
+
+
+def test_trial_table_has_every_trial_and_links_to_existing_logs(data, results_root):
+    rows = trial_rows(data)
+    assert [r["trial"] for r in rows] == sorted(t.trial for t in data.trials)
+    for r in rows:
+        assert (results_root / "glm5-search" / r["log"]).is_file()
+    crashed = next(r for r in rows if r["crash_class"] == "load_crash")
+    assert crashed["max_stable_concurrency"] == 256 and crashed["crashed_at"] == 512
+    pruned = next(r for r in rows if r["status"] == "pruned")
+    assert pruned["levels_done"] == 4 and pruned["max_stable_concurrency"] == 4
+
+
+def test_running_study_reads_level_files_ahead_of_trial_json(results_root):
+    store = StudyStore("in-progress", results_root)
+    d = load_study(store)
+    running = next(t for t in d.trials if t.status == "running")
+    assert len(store.read_trial(running.trial).levels) < len(running.levels) == len(_level_files(store, 1))
+    page = render(compute(d))
+    assert "fig-throughput" in page and "No finalists yet" in page
+
+
+def test_sweep_renders_with_its_single_trial(results_root):
+    d = load_study(StudyStore("sweep-1", results_root))
+    r = compute(d)
+    assert r["summary"]["kind"] == "sweep" and r["summary"]["best"]["trial"] == 0
+    assert r["crash_map"]["crashes"] == [] and r["finalists"] == []
+    page = render(r)
+    assert "No crashes." in page and 'id="fig-crashmap"' not in page
+
+
+def _external_refs(page: str) -> list[str]:
+    """src/href attributes of tags (script bodies are not parsed as markup) that leave the page."""
+    found: list[str] = []
+
+    class P(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend(v for k, v in attrs if k in ("src", "href") and v and "://" in v)
+
+    P().feed(page)
+    return found
+
+
+def test_page_is_self_contained_and_escapes_text(data):
+    page = render(compute(data))
+    assert _external_refs(page) == []
+    assert "&#x27;page_table_1_flattened&#x27;" in page       # exception lines are escaped
+    assert "s3cret" not in page
+    for key in ("throughput", "latency", "history", "importance", "crashmap", "pareto"):
+        assert f'id="fig-{key}"' in page
+
+
+def test_empty_study_renders_without_a_winner(tmp_path):
+    store = StudyStore("empty", tmp_path)
+    store.write_study({"kind": "search"})
+    r = compute(load_study(store))
+    assert r["summary"]["best"] is None
+    assert "No stable configuration yet" in render(r)
+
+
+def test_torn_trial_json_is_skipped(tmp_path):
+    store = build_search_study(tmp_path, with_db=False)
+    shutil.copy(store.trial_dir(1) / "trial.json", tmp_path / "keep")
+    (store.trial_dir(1) / "trial.json").write_text('{"trial": 1, "sta')
+    d = load_study(store)
+    assert 1 not in {t.trial for t in d.trials} and len(d.trials) == 10
