@@ -125,7 +125,7 @@ _DIED = re.compile(r"Connection refused|Connect call failed|ClientConnectorError
 _EXC = re.compile(r"^[\w.]+(?:Error|Exception|Exit)\b: ")
 
 
-_EMBEDDED_EXC = re.compile(r"([\w.]+(?:Error|Exception)\b: [^\\']{0,200})")
+_EMBEDDED_EXC = re.compile(r"\\n([\w.]+(?:Error|Exception)\b: [^\\']{0,200})")
 
 
 def _evidence(stdout: str) -> list[str]:

@@ -29,7 +29,7 @@ from tunectl.runners._signatures import BY_ID, DEATH_MARKERS, SHUTDOWN_MARKER, S
 __all__ = ["SIGNATURES", "DEATH_MARKERS", "Signature", "classify", "LogWatcher", "MILESTONES"]
 
 _TRACEBACK = "Traceback (most recent call last)"
-_EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")
 _LOG_RECORD = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 _EXCERPT_LINES = 12
 
