@@ -1,0 +1,69 @@
+"""Local port forwards over SSH (direct-tcpip), so a client on this machine reaches a server bound to
+127.0.0.1 on the remote host. Each accepted connection asks `transport_fn` for the current transport, so a
+forward keeps working after SSHRunner reconnects."""
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from typing import Callable
+
+import paramiko
+
+
+class Forward:
+    def __init__(self, transport_fn: Callable[[], paramiko.Transport], host: str, port: int,
+                 timeout: float = 15.0):
+        self.transport_fn, self.host, self.port, self.timeout = transport_fn, host, port, timeout
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.local_port = self.sock.getsockname()[1]
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept_loop, daemon=True, name=f"fwd-{port}").start()
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, peer: tuple[str, int]) -> None:
+        try:
+            chan = self.transport_fn().open_channel("direct-tcpip", (self.host, self.port), peer,
+                                                    timeout=self.timeout)
+        except Exception:          # remote refused or link down: the client sees a closed connection
+            conn.close()
+            return
+        try:
+            _pump(conn, chan, self._closed)
+        finally:
+            chan.close()
+            conn.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def _pump(conn: socket.socket, chan: paramiko.Channel, closed: threading.Event) -> None:
+    while not closed.is_set():
+        ready, _, _ = select.select([conn, chan], [], [], 1.0)
+        if conn in ready:
+            data = conn.recv(65536)
+            if not data:
+                return
+            chan.sendall(data)
+        if chan in ready:
+            data = chan.recv(65536)
+            if not data:
+                return
+            conn.sendall(data)
+        if chan.closed or not chan.get_transport().is_active():
+            return

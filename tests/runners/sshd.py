@@ -1,0 +1,141 @@
+"""A real OpenSSH sshd for the tests: started on 127.0.0.1 and a free port with generated host and user keys,
+plus a per-test HOME with a pinned known_hosts and an ~/.ssh/config alias (and a ProxyJump alias through the
+same sshd). Never the system sshd; never a password."""
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+ALIAS = "tunectl-test"
+JUMP_ALIAS = "tunectl-via-jump"
+
+CONFIG = """Port {port}
+ListenAddress 127.0.0.1
+HostKey {d}/host_ed25519
+PidFile {d}/sshd.pid
+AuthorizedKeysFile {d}/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+AllowTcpForwarding yes
+AllowAgentForwarding no
+X11Forwarding no
+ClientAliveInterval 5
+ClientAliveCountMax 3
+MaxStartups 200
+MaxSessions 200
+Subsystem sftp internal-sftp
+LogLevel ERROR
+"""
+
+
+def sshd_available() -> str | None:
+    """None when usable, else why not."""
+    if not os.path.exists(SSHD):
+        return "OpenSSH sshd is not installed (apt-get install openssh-server)"
+    if not shutil.which("ssh-keygen"):
+        return "ssh-keygen is not installed (apt-get install openssh-client)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tunectl-test", "-f", str(path)],
+                   check=True, timeout=30)
+    return path.with_suffix(".pub").read_text().strip()
+
+
+@dataclass
+class Sshd:
+    dir: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+    host_pub: str            # "ssh-ed25519 AAAA..."
+    user_key: Path
+    user: str
+
+    @property
+    def known_hosts_line(self) -> str:
+        return f"[127.0.0.1]:{self.port} {self.host_pub}"
+
+    def session_pids(self) -> list[int]:
+        """The per-connection sshd processes (children of the listener): kill one to cut a link."""
+        out = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    stat = Path(f"/proc/{name}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat[stat.rindex(")") + 2:].split()[1]) == self.proc.pid:
+                    out.append(int(name))
+        return out
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def start_sshd(d: Path) -> Sshd:
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)   # sshd's privilege-separation directory
+    host_pub = " ".join(keygen(d / "host_ed25519").split()[:2])
+    user_pub = keygen(d / "user_ed25519")
+    (d / "authorized_keys").write_text(user_pub + "\n")
+    port = free_port()
+    (d / "sshd_config").write_text(CONFIG.format(port=port, d=d))
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdin=subprocess.DEVNULL,
+                            stdout=open(d / "sshd.log", "ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd exited {proc.returncode}: {(d / 'sshd.log').read_text()[-2000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return Sshd(d, port, proc, host_pub, d / "user_ed25519", getpass.getuser())
+
+
+SSH_CONFIG = """Host {alias}
+  HostName 127.0.0.1
+  Port {port}
+  User {user}
+  IdentityFile {key}
+
+Host {jump_alias}
+  HostName 127.0.0.1
+  Port {port}
+  User {user}
+  IdentityFile {key}
+  ProxyJump {alias}
+"""
+
+
+def make_home(home: Path, sshd: Sshd) -> Path:
+    """A HOME-like dir: .ssh/known_hosts pinned to the test sshd, .ssh/config with the aliases."""
+    ssh = home / ".ssh"
+    ssh.mkdir(parents=True, mode=0o700)
+    (ssh / "known_hosts").write_text(sshd.known_hosts_line + "\n")
+    (ssh / "config").write_text(SSH_CONFIG.format(alias=ALIAS, jump_alias=JUMP_ALIAS, port=sshd.port,
+                                                  user=sshd.user, key=sshd.user_key))
+    return home
