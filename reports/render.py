@@ -40,6 +40,8 @@ def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
 def _e(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.1f}"
+    if isinstance(v, dict):
+        return "<br>".join(f"{html.escape(str(k))}={html.escape(str(x))}" for k, x in v.items()) or "(base flags)"
     return html.escape("" if v is None else str(v))
 
 
@@ -77,7 +79,7 @@ def _figures(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
            ("history", "Optimization history", figures.history_figure(r["history"]))]
     if r["importance"]["values"]:
         out.append(("importance", "Parameter importance", figures.importance_figure(r["importance"])))
-    if r["crash_map"]["cells"]:
+    if r["crash_map"]["crashes"] and r["crash_map"]["cells"]:
         out.append(("crashmap", "Crash map", figures.crash_map_figure(r["crash_map"])))
     if r["pareto"]["points"]:
         out.append(("pareto", "Pareto front", figures.pareto_figure(r["pareto"])))

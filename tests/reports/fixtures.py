@@ -46,10 +46,10 @@ BEST_TRIAL = 8   # the search's pick: the best finalist rerun
 
 def level(c: int, cap: float, status: str = "ok") -> LevelResult:
     tp = cap * c / (c + 48.0)
-    ttft = 40.0 * (1 + c / 32.0)
+    ttft = 40.0 * (1 + c / 32.0) * (1500.0 / max(cap, 1.0)) ** 0.5
     m = {"output_throughput": tp, "total_throughput": tp * 3, "request_throughput": tp / 128,
-         "median_ttft_ms": ttft, "p99_ttft_ms": ttft * 2.5, "median_tpot_ms": 8.0 + c / 20.0,
-         "p99_tpot_ms": 12.0 + c / 10.0, "median_itl_ms": 8.0, "p99_itl_ms": 30.0}
+         "median_ttft_ms": ttft, "p99_ttft_ms": ttft * 2.5, "median_tpot_ms": 8.0 + 60.0 * c / max(cap, 1.0),
+         "p99_tpot_ms": 12.0 + 120.0 * c / max(cap, 1.0), "median_itl_ms": 8.0, "p99_itl_ms": 30.0}
     return LevelResult(concurrency=c, status=status, metrics=m if status == "ok" else {},
                        completed=max(16, 2 * c) if status == "ok" else 0, duration_s=30.0)
 
