@@ -46,7 +46,7 @@ def _e(v: Any) -> str:
 
 
 def _table(rows: list[dict[str, Any]], cols: list[str], cls: str = "") -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    head = "".join(f"<th>{_e(c.replace('_', ' '))}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{r.get(c, '') if c == 'log' else _e(r.get(c))}</td>" for c in cols)
                    + "</tr>" for r in rows)
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

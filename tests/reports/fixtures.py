@@ -3,7 +3,6 @@ a baseline, search trials (completed, crashed under load with the seeds' page_ta
 a startup OOM, pruned), finalist reruns, best.json, and an Optuna study.db; plus a sweep and a running study."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +162,3 @@ def build_running(root: Path, name: str = "in-progress") -> StudyStore:
     store.write_trial(t)
     return store
 
-
-def expected_peak(cap: float, top: int = max(LEVELS)) -> float:
-    return max(level(c, cap).output_throughput for c in LEVELS if c <= top) if not math.isnan(cap) else 0.0

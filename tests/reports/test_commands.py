@@ -119,3 +119,14 @@ def test_report_writes_a_page_with_working_log_links(results_root, tmp_path):
     assert all((out.parent / h).resolve().is_file() for h in hrefs)
     res = run(results_root, "report", "--study", "sweep-1")
     assert res.exit_code == 0 and (results_root / "sweep-1" / "report.html").is_file()
+
+
+def test_report_falls_back_to_the_k2_reference_profile(results_root, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "sweep.html"
+    res = run(results_root, "report", "--study", "sweep-1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    assert "K2-Thinking reference (5,816 tok/s, as reported)" in page
+    flags_section = page.split("<section id='flags'>", 1)[1].split("</section>", 1)[0]
+    assert "<th>reference</th>" in flags_section and "flashinfer_cutlass" in flags_section
