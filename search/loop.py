@@ -110,6 +110,8 @@ class SearchLoop:
         trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)  # noqa: SLF001
         params = suggest(trial, self.prof.search)
         role = str(trial.user_attrs.get("role", "search"))
+        if "role" not in trial.user_attrs:
+            trial.set_user_attr("role", role)
         if role == "search" and self._duplicate(trial, params):
             return "duplicate"
         self.emit("trial_start", n=trial.number, params=params, role=role,

@@ -86,6 +86,8 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) 
     if not plan.get("run_id") or not plan.get("trial_dir"):
         return
     handle = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
+    raw = runner.read_file(handle.pgid_path).strip()
+    handle.pgid = int(raw) if raw.isdigit() else None
     if not runner.group_processes(handle):
         return
     runner.signal_group(handle, signal.SIGTERM)

@@ -1,0 +1,96 @@
+"""kill -9 of the harness mid-trial, then the same command again: no completed trial lost, the interrupted trial
+re-queued with the same params, and the server it left behind torn down."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tunectl.runners._base import ProcHandle
+from tunectl.runners.local import LocalRunner
+from tunectl.store import StudyStore, read_json
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "search-test"
+
+
+def harness(root: Path, trials: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "tests.search._harness", str(root), str(trials), *extra]
+
+
+def leftover(store: StudyStore, n: int) -> ProcHandle:
+    plan = read_json(store.trial_dir(n) / "launch.json")
+    h = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
+    h.pgid = int(Path(h.pgid_path).read_text())
+    return h
+
+
+def wait_for_trial(store: StudyStore, n: int, limit: float = 60.0) -> None:
+    host_files = store.dir / "hosts"
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        running = [p.read_text().strip() for p in host_files.glob("*.json")] if host_files.is_dir() else []
+        if running and int(running[0]) >= n and (store.trial_dir(int(running[0])) / "launch.json").exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"trial {n} never started")
+
+
+@pytest.mark.slow
+def test_kill_9_mid_trial_then_rerun_resumes(tmp_path: Path) -> None:
+    store = StudyStore(NAME, tmp_path)
+    proc = subprocess.Popen(harness(tmp_path, 8), cwd=ROOT)
+    try:
+        wait_for_trial(store, 4)
+        running = int(next((store.dir / "hosts").glob("*.json")).read_text())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    storage = f"sqlite:///{store.dir / 'study.db'}"
+    before = {t.number: t.values for t in optuna.load_study(study_name=NAME, storage=storage).trials
+              if t.state == TrialState.COMPLETE}
+    orphan = leftover(store, running)
+    runner = LocalRunner()
+    assert runner.group_processes(orphan), "kill -9 of the harness leaves its server running"
+
+    done = subprocess.run(harness(tmp_path, 8), cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    assert not runner.group_processes(orphan), "the rerun tears down the server the dead harness left"
+    study = optuna.load_study(study_name=NAME, storage=storage)
+    trials = study.trials
+    assert {n: trials[n].values for n in before} == before                   # no completed trial lost
+    killed = trials[running]
+    assert killed.state == TrialState.FAIL
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == running]
+    assert len(retry) == 1 and retry[0].params == killed.params and retry[0].state == TrialState.COMPLETE
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    searched = [t for t in trials if t.user_attrs.get("role") in ("search", "baseline")
+                and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(searched) == 8
+    for t in trials:   # every server any trial started is gone
+        if (store.trial_dir(t.number) / "launch.json").exists():
+            assert not runner.group_processes(leftover(store, t.number))
+
+
+def test_second_worker_on_the_same_host_is_refused(tmp_path: Path) -> None:
+    store = StudyStore(NAME, tmp_path)
+    first = subprocess.Popen(harness(tmp_path, 6), cwd=ROOT)
+    try:
+        wait_for_trial(store, 1)
+        second = subprocess.run(harness(tmp_path, 6), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0
+        assert "already has a worker" in second.stderr
+        assert first.wait(120) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
