@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import posixpath
 import shlex
+import socket
 import stat
 import time
 import uuid
@@ -76,7 +77,8 @@ class SSHRunner:
         try:
             chan.settimeout(5)
             chan.exec_command("true")
-            chan.recv_exit_status()
+            if not chan.status_event.wait(5):
+                raise socket.timeout("ssh liveness probe got no answer in 5 s")
             self._last_ok = time.monotonic()
         finally:
             chan.close()
