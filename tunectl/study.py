@@ -114,10 +114,11 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
     lock_dir = store.dir / "locks"
     host_lock = claim_host(url, lock_dir, name, key)
     try:
-        study = optuna.create_study(
-            study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
-            sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
-            directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
+        with WorkerLock(url, lock_dir, name, "setup"):   # workers starting together: one creates the schema
+            study = optuna.create_study(
+                study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
+                sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
+                directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
         store.write_study({"kind": "search", "storage": _redact_url(url), "profile": prof.model_dump(mode="json"),
                            "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
