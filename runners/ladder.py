@@ -1,0 +1,148 @@
+"""The concurrency ladder: every level of every workload on one launch, watched for crashes and hangs.
+
+`run_ladder(server, levels, workloads, on_level=None, on_event=None, should_prune=None) -> Ladder`
+
+Each level runs the built-in client (`bench.run_level`) in a thread while this thread polls the server log every
+`lifecycle.POLL_S`. A crash (LogWatcher, or the process gone) aborts the client at once and stops the ladder:
+the level is recorded as "crashed" with the CrashInfo, later levels are not run. A hang (requests in flight and
+no token progress for `timeouts.hang_s`) is a crash of class "hang". `should_prune(level_result)` returning True
+stops the ladder after that level (the trial is "pruned"); `bench.saturation_stop` stops a workload's ladder
+when throughput gained less than that share over the previous level.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tunectl.models import CrashInfo, LevelResult
+from tunectl.profile import WorkloadSpec
+from tunectl.runners import bench
+from tunectl.runners.lifecycle import POLL_S, Server, scaled, time_scale
+
+HANG_FLOOR_S = 3.0        # never call a hang faster than this (wall seconds): scheduling noise on busy hosts
+
+
+@dataclass
+class Ladder:
+    levels: list[LevelResult] = field(default_factory=list)
+    crash: CrashInfo | None = None
+    pruned: bool = False
+    saturated: list[str] = field(default_factory=list)   # workloads stopped early
+
+
+def num_prompts(w: WorkloadSpec, concurrency: int) -> int:
+    return max(w.min_prompts, w.prompts_per_level * concurrency)
+
+
+class _Progress:
+    """Token progress of the running level, from the client's callback and the server's batch log lines."""
+
+    def __init__(self) -> None:
+        self.tokens, self.done, self.total, self.at = 0, 0, 0, time.monotonic()
+
+    def __call__(self, d: dict[str, Any]) -> None:
+        if d["output_tokens"] != self.tokens or d["done"] + d["failed"] != self.done:
+            self.at = time.monotonic()
+        self.tokens, self.done, self.total = d["output_tokens"], d["done"] + d["failed"], d["total"]
+
+
+def _hang(server: Server, prog: _Progress, level: int, stalled_s: float) -> CrashInfo:
+    return CrashInfo(cls="hang", signature="no_token_progress", phase="load", level=level,
+                     exception_line=f"no token progress for {stalled_s:.1f} s with "
+                                    f"{prog.total - prog.done} requests in flight",
+                     message="requests in flight and no tokens streamed: the server hangs")
+
+
+def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
+    prof = server.prof
+    server.level = concurrency
+    n = num_prompts(w, concurrency)
+    abort = threading.Event()
+    prog = _Progress()
+    box: dict[str, Any] = {}
+    model = prof.model.served_name or prof.model.path
+
+    def client() -> None:
+        try:
+            box["m"] = bench.run_level(server.base_url, concurrency, w, n, backend=prof.bench.backend, model=model,
+                                       time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
+                                       progress=prog, abort=abort)
+        except Exception as e:  # noqa: BLE001 - the client's failure is evidence, not a crash of ours
+            box["error"] = f"{type(e).__name__}: {e}"
+
+    th = threading.Thread(target=client, daemon=True, name=f"level-{concurrency}")
+    t0 = time.monotonic()
+    th.start()
+    crash = _watch(server, th, prog, abort, concurrency, t0)
+    th.join(timeout=30)
+    return _level_result(w, concurrency, box, crash, time.monotonic() - t0)
+
+
+def _watch(server: Server, th: threading.Thread, prog: _Progress, abort: threading.Event, level: int,
+           t0: float) -> CrashInfo | None:
+    t = server.prof.server.timeouts
+    hang_s = max(HANG_FLOOR_S, scaled(server.prof, t.hang_s, slack=0.0))
+    level_deadline = t0 + scaled(server.prof, t.level_s, slack=30.0)
+    while th.is_alive():
+        crash = server.check()
+        now = time.monotonic()
+        last = max(prog.at, server.watcher.last_progress_at or 0.0)
+        if crash is None and prog.total and prog.done < prog.total and now - last > hang_s:
+            crash = server.crash = _hang(server, prog, level, now - last)
+        if crash is not None:
+            abort.set()
+            return crash
+        if now > level_deadline:
+            abort.set()
+            return None
+        th.join(POLL_S)
+    return server.check()
+
+
+def _level_result(w: WorkloadSpec, c: int, box: dict[str, Any], crash: CrashInfo | None,
+                  wall: float) -> LevelResult:
+    m = box.get("m")
+    lv = LevelResult(concurrency=c, status="ok", workload=w.kind, duration_s=round(wall, 3))
+    if m is not None:
+        lv.metrics, lv.completed, lv.failed_requests, lv.client_bound = (dict(m.metrics), m.completed, m.failed,
+                                                                          m.client_bound)
+    if crash is not None:
+        lv.status, lv.crash = "crashed", crash
+    elif m is None or not m.ok:
+        lv.status = "failed"
+    return lv
+
+
+def _saturated(prev: LevelResult | None, lv: LevelResult, share: float | None) -> bool:
+    if share is None or prev is None or prev.output_throughput <= 0:
+        return False
+    return (lv.output_throughput - prev.output_throughput) / prev.output_throughput < share
+
+
+def run_ladder(server: Server, levels: list[int], workloads: list[WorkloadSpec],
+               on_level: Callable[[LevelResult], None] | None = None,
+               on_event: Callable[[str, dict[str, Any]], None] | None = None,
+               should_prune: Callable[[LevelResult], bool] | None = None) -> Ladder:
+    out = Ladder()
+    for w in workloads:
+        prev = None
+        for c in levels:
+            if on_event:
+                on_event("level_start", {"workload": w.kind, "concurrency": c, "num_prompts": num_prompts(w, c)})
+            lv = run_level(server, w, c)
+            out.levels.append(lv)
+            if on_level:
+                on_level(lv)
+            if lv.status == "crashed":
+                out.crash = lv.crash
+                return out
+            if lv.status == "ok" and should_prune is not None and should_prune(lv):
+                out.pruned = True
+                return out
+            if lv.status != "ok" or _saturated(prev, lv, server.prof.bench.saturation_stop):
+                out.saturated.append(w.kind)
+                break
+            prev = lv
+    return out

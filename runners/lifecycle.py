@@ -1,0 +1,249 @@
+"""Server lifecycle on a Runner: preflight gate, launch, readiness, crash watch, teardown.
+
+- `preflight(runner, prof, plan)`: refuse a dirty host (HostDirtyError naming pid and command of whoever holds
+  the port, or the GPU evidence).
+- `launch(runner, prof, plan, config_yaml) -> Server`: writes config.yaml into the 0700 trial dir and starts
+  `plan.exec_argv` detached (process group + exit code recorded by the wrapper).
+- `wait_ready(server) -> Startup`: ready = the "fired up" log line AND `GET /health_generate` 200. Deadlines per
+  startup phase come from log milestones (profile `server.timeouts`, scaled by the stand-in's time scale).
+  The log is polled every `POLL_S`; a crash is classified by `LogWatcher` as soon as its line shows.
+- `Server.check()`: one crash-watch step (used during load by the ladder).
+- `teardown(server) -> dict`: always; snapshot pids, TERM the group, grace, KILL the group (and run-id
+  stragglers), wait for the port and GPU memory, verdict "clean" | "dirty" with evidence.
+"""
+from __future__ import annotations
+
+import signal
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tunectl.errors import HostDirtyError
+from tunectl.models import CrashInfo, LaunchPlan
+from tunectl.profile import Profile
+from tunectl.runners._base import ProcHandle, Runner
+from tunectl.runners.crashes import LogWatcher
+
+POLL_S = 0.2
+SETTLE_S = 0.3            # after a death line: let the rest of the traceback land before classifying
+PHASE_SLACK_S = 1.0       # wall-clock slack on scaled phase deadlines (process start, scheduling noise)
+Event = Callable[[str, dict[str, Any]], None]
+
+# (begin milestone, end milestone, Timeouts field)
+PHASES = (("load_weight_begin", "load_weight_end", "load_weights_s"),
+          ("load_weight_end", "memory_pool_end", "memory_pool_s"),
+          ("autotune_begin", "autotune_end", "autotune_s"),
+          ("cuda_graph_begin", "cuda_graph_end", "cuda_graph_s"))
+
+
+def time_scale(prof: Profile) -> float:
+    return prof.server.sim.time_scale if prof.server.engine == "sim" else 1.0
+
+
+def scaled(prof: Profile, modeled_s: float, slack: float = PHASE_SLACK_S) -> float:
+    """A deadline in wall seconds: modeled seconds times the stand-in's time scale, plus slack."""
+    return modeled_s * time_scale(prof) + (slack if prof.server.engine == "sim" else 0.0)
+
+
+# ---------------------------------------------------------------------------------------------- host gate
+def gpu_evidence(runner: Runner, gpus: list[int] | None, clean_mib: int) -> list[str]:
+    """GPUs (of `gpus`, None = all) using more than clean_mib, as evidence lines; [] without nvidia-smi."""
+    try:
+        res = runner.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                         timeout=20)
+    except (FileNotFoundError, OSError):
+        return []
+    if not res.ok:
+        return []
+    out = []
+    for line in res.stdout.splitlines():
+        idx, _, used = (x.strip() for x in line.partition(","))
+        if idx.isdigit() and (gpus is None or int(idx) in gpus) and used.isdigit() and int(used) > clean_mib:
+            out.append(f"GPU {idx} uses {used} MiB")
+    return out
+
+
+def port_evidence(runner: Runner, port: int) -> str | None:
+    owner = runner.port_owner(port)
+    if owner is None:
+        return None
+    if owner is True:
+        return f"port {port} is held by a process this user cannot see"
+    return f"port {port} is held by pid {owner.pid} ({owner.cmdline[:160]})"
+
+
+def preflight(runner: Runner, prof: Profile, plan: LaunchPlan) -> None:
+    evidence = [e for e in [port_evidence(runner, plan.port)] if e]
+    evidence += gpu_evidence(runner, prof.host.gpus, prof.host.gpu_clean_mib)
+    if evidence:
+        raise HostDirtyError(f"refusing to launch on {runner.name}", evidence)
+
+
+# ---------------------------------------------------------------------------------------------- the server
+@dataclass
+class Server:
+    runner: Runner
+    prof: Profile
+    plan: LaunchPlan
+    handle: ProcHandle
+    started: float
+    watcher: LogWatcher = field(default_factory=LogWatcher)
+    first_line_at: float | None = None
+    log_offset: int = 0                   # bytes of the log read so far
+    crash: CrashInfo | None = None
+    phase: str = "startup"
+    level: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.runner.endpoint(self.plan.host, self.plan.port)
+        return f"http://{host}:{port}"
+
+    def pump(self) -> None:
+        """Read what the log gained since the last call and feed the watcher."""
+        data = self.runner.read_file(self.handle.log_path, self.log_offset)
+        if data:
+            self.log_offset += len(data)
+            now = time.monotonic()
+            self.first_line_at = self.first_line_at or now
+            self.watcher.feed(data, now)
+
+    def check(self) -> CrashInfo | None:
+        """One crash-watch step: the log, then the process. Sets and returns `crash` once it is known."""
+        if self.crash is not None:
+            return self.crash
+        self.pump()
+        exit_code = self.runner.poll(self.handle)
+        if not self.watcher.crashed and exit_code is None:
+            return None
+        detected = time.monotonic()
+        self._settle(exit_code)
+        exit_code = self.runner.poll(self.handle) if exit_code is None else exit_code
+        info = self.watcher.crash_info(self.phase, self.level, exit_code, detected_at=detected)
+        if info is None:
+            info = CrashInfo(cls="flaky" if self.phase == "load" else "config_error", signature="unknown",
+                             phase=self.phase, level=self.level if self.phase == "load" else None,
+                             exit_code=exit_code, message=f"server exited with code {exit_code}")
+        self.crash = info
+        return info
+
+    def _settle(self, exit_code: int | None) -> None:
+        end = time.monotonic() + SETTLE_S
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            self.pump()
+        if exit_code is not None:
+            self.watcher.flush(time.monotonic())
+
+    def tail(self, max_bytes: int = 1 << 22) -> str:
+        return self.runner.read_file(self.handle.log_path, max(0, self.log_offset - max_bytes)).decode(errors="replace")
+
+
+def launch(runner: Runner, prof: Profile, plan: LaunchPlan, config_yaml: str) -> Server:
+    runner.makedirs(plan.trial_dir, 0o700)
+    runner.makedirs(f"{plan.trial_dir}/tmp", 0o700)
+    runner.write_file(f"{plan.trial_dir}/config.yaml", config_yaml.encode(), 0o600)
+    handle = runner.start_detached(plan.exec_argv, plan.trial_dir, plan.env, plan.run_id)
+    return Server(runner, prof, plan, handle, time.monotonic())
+
+
+# ---------------------------------------------------------------------------------------------- readiness
+@dataclass
+class Startup:
+    ready: bool
+    crash: CrashInfo | None = None
+    ready_s: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def phase_deadline(server: Server) -> tuple[str, float]:
+    """(what we are waiting for, the wall-clock deadline) from the milestones seen so far."""
+    prof, w = server.prof, server.watcher
+    t = prof.server.timeouts
+    if server.first_line_at is None:
+        return "first log line", server.started + scaled(prof, t.launch_s, slack=10.0)
+    open_phases = [(w.milestones[b], f) for b, e, f in PHASES if b in w.milestones and e not in w.milestones]
+    if open_phases:
+        since, fld = max(open_phases)
+        return fld.removesuffix("_s"), since + scaled(prof, getattr(t, fld))
+    since = w.last_milestone[1] if w.last_milestone else server.first_line_at
+    return "ready", since + scaled(prof, t.ready_s, slack=5.0)
+
+
+def health_ok(base_url: str, timeout: float = 25.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/health_generate", timeout=timeout) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_ready(server: Server, on_event: Event | None = None) -> Startup:
+    seen: set[str] = set()
+    while True:
+        crash = server.check()
+        phases = {k: round(v - server.started, 3) for k, v in server.watcher.milestones.items()}
+        for name in phases.keys() - seen:
+            seen.add(name)
+            if on_event:
+                on_event("milestone", {"name": name, "t": phases[name]})
+        if crash is not None:
+            return Startup(False, crash, phases=phases)
+        if server.watcher.ready and health_ok(server.base_url, timeout=_probe_timeout(server)):
+            server.phase = "load"
+            return Startup(True, ready_s=round(time.monotonic() - server.started, 3), phases=phases)
+        what, deadline = phase_deadline(server)
+        if time.monotonic() > deadline:
+            server.crash = startup_timeout(server, what, phases)
+            return Startup(False, server.crash, phases=phases)
+        time.sleep(POLL_S)
+
+
+def _probe_timeout(server: Server) -> float:
+    return 5.0 if server.prof.server.engine == "sim" else 25.0
+
+
+def startup_timeout(server: Server, what: str, phases: dict[str, float]) -> CrashInfo:
+    last = server.watcher.last_milestone[0] if server.watcher.last_milestone else "none"
+    lines = server.tail(1 << 16).splitlines()
+    return CrashInfo(cls="startup_timeout", signature=f"timeout_{what.replace(' ', '_')}", phase="startup",
+                     exception_line=lines[-1] if lines else "", traceback_excerpt="\n".join(lines[-12:]),
+                     message=f"not ready: deadline for {what} passed (last milestone: {last})")
+
+
+# ---------------------------------------------------------------------------------------------- teardown
+def _wait(pred: Callable[[], bool], limit: float, step: float = 0.1) -> bool:
+    end = time.monotonic() + limit
+    while not pred():
+        if time.monotonic() > end:
+            return False
+        time.sleep(step)
+    return True
+
+
+def teardown(server: Server) -> dict[str, Any]:
+    r, h, t = server.runner, server.handle, server.prof.server.timeouts
+    t0 = time.monotonic()
+    snapshot = r.group_processes(h)
+    server.watcher.mark_stopping()
+    r.signal_group(h, signal.SIGTERM)
+    graceful = _wait(lambda: not r.group_processes(h), t.teardown_grace_s)
+    if not graceful:
+        r.signal_group(h, signal.SIGKILL)
+        _wait(lambda: not r.group_processes(h), 10.0)
+    left = r.group_processes(h)
+    port_free = _wait(lambda: r.port_owner(server.plan.port) is None, t.port_release_s if not left else 1.0, 0.2)
+    gpu = gpu_evidence(r, server.prof.host.gpus, server.prof.host.gpu_clean_mib)
+    if gpu:
+        _wait(lambda: not gpu_evidence(r, server.prof.host.gpus, server.prof.host.gpu_clean_mib),
+              t.gpu_release_s, 2.0)
+        gpu = gpu_evidence(r, server.prof.host.gpus, server.prof.host.gpu_clean_mib)
+    r.remove_tree(f"{server.plan.trial_dir}/tmp")
+    evidence = [f"pid {p.pid} still alive ({p.cmdline[:120]})" for p in left] + gpu
+    if not port_free:
+        evidence.append(port_evidence(r, server.plan.port) or f"port {server.plan.port} busy")
+    return {"verdict": "dirty" if evidence else "clean", "seconds": round(time.monotonic() - t0, 3),
+            "graceful": graceful, "snapshot_pids": [p.pid for p in snapshot], "exit_code": r.poll(h),
+            "evidence": evidence}

@@ -1,0 +1,133 @@
+"""The launch plan: profile + trial params -> SGLang `--config` dict, argv, environment, patches.
+
+User values never become shell text: they go into the config YAML (SGLang reads `--config file.yaml`) and the
+0600 env file; `argv` is the full command-line equivalent (a list, for people reproducing a launch by hand) and
+`exec_argv` is what actually runs: `<python> -m <module> --config <trial_dir>/config.yaml [--sim-* ...]`.
+
+Knob targets (ParamSpec): `flag` (default: the knob's own name), `patch` (bool: the bundled patch is applied
+or not) or `env` (the value as an environment variable). Params that are not knobs are SGLang flag names.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import yaml
+
+from tunectl.models import LaunchPlan
+from tunectl.profile import Profile
+
+SIM_MODULE = "tunectl.sim.launch_server"
+SGLANG_MODULE = "sglang.launch_server"
+LOOPBACK = "127.0.0.1,localhost,::1"
+_ENV_REF = re.compile(r"\$\{(\w+)\}")
+
+
+def _store_true_flags(version: str) -> set[str]:
+    try:
+        from tunectl.flags import bundled_flags
+    except ImportError:
+        return set()
+    try:
+        return {name for name, spec in bundled_flags(version).items() if not spec.takes_value}
+    except FileNotFoundError:
+        return set()
+
+
+def split_params(prof: Profile, params: dict[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    """(flags, patch ids, env vars) driven by the trial params."""
+    flags: dict[str, Any] = {}
+    patches: list[str] = []
+    env: dict[str, str] = {}
+    for name, value in params.items():
+        if value is None:
+            continue
+        spec = prof.search.space.get(name)
+        if spec is not None and spec.patch is not None:
+            if value:
+                patches.append(spec.patch)
+        elif spec is not None and spec.env is not None:
+            env[spec.env] = _env_value(value)
+        else:
+            flags[(spec.flag if spec is not None and spec.flag else name).lstrip("-")] = value
+    return flags, patches, env
+
+
+def _env_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def server_config(prof: Profile, flags: dict[str, Any]) -> dict[str, Any]:
+    """The --config content: model, address, base flags, then the trial's flags (later wins)."""
+    cfg: dict[str, Any] = {"model-path": prof.model.path}
+    if prof.model.served_name:
+        cfg["served-model-name"] = prof.model.served_name
+    if prof.model.tokenizer:
+        cfg["tokenizer-path"] = prof.model.tokenizer
+    cfg.update({"host": prof.server.host, "port": prof.server.port})
+    cfg.update({k.lstrip("-"): v for k, v in prof.server.flags.items()})
+    cfg.update(flags)
+    return cfg
+
+
+def flag_args(config: dict[str, Any], store_true: set[str]) -> list[str]:
+    """The command-line equivalent of a --config dict (SGLang's ConfigArgumentMerger rules)."""
+    args: list[str] = []
+    for key, value in config.items():
+        if isinstance(value, bool) and (key in store_true or not store_true):
+            args += [f"--{key}"] if value else []
+        elif isinstance(value, bool):
+            args += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            args += [f"--{key}", *map(str, value)] if value else []
+        else:
+            args += [f"--{key}", str(value)]
+    return args
+
+
+def sim_args(prof: Profile) -> list[str]:
+    if prof.server.engine != "sim":
+        return []
+    sim = prof.server.sim
+    return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed)]
+
+
+def expand_env(value: str) -> str:
+    """`${NAME}` in a profile's server.env reads the caller's environment (secrets stay out of profiles)."""
+    return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
+
+
+def server_env(prof: Profile, run_id: str, trial_dir: str, patches: list[str], knob_env: dict[str, str]) -> dict[str, str]:
+    env = {k: expand_env(str(v)) for k, v in prof.server.env.items()}
+    env.update({"no_proxy": LOOPBACK, "NO_PROXY": LOOPBACK, "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION": "1",
+                "TMPDIR": f"{trial_dir}/tmp", "TUNECTL_RUN_ID": run_id})
+    if prof.host.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in prof.host.gpus)
+    if prof.server.engine == "sim":
+        env["TUNECTL_SIM_PATCHES"] = ",".join(patches)
+    env.update(knob_env)
+    return env
+
+
+def build_plan(prof: Profile, params: dict[str, Any], run_id: str, trial_dir: str) -> LaunchPlan:
+    flags, knob_patches, knob_env = split_params(prof, params)
+    patches = list(dict.fromkeys([*prof.server.patches, *knob_patches]))
+    config = server_config(prof, flags)
+    module = SIM_MODULE if prof.server.engine == "sim" else SGLANG_MODULE
+    head = [prof.server.python, "-m", module]
+    argv = [*head, *flag_args(config, _store_true_flags(prof.server.sglang_version)), *sim_args(prof)]
+    exec_argv = [*head, "--config", f"{trial_dir}/config.yaml", *sim_args(prof)]
+    return LaunchPlan(argv=argv, config=config, env=server_env(prof, run_id, trial_dir, patches, knob_env),
+                      exec_argv=exec_argv, patches=patches, port=int(config.get("port", prof.server.port)),
+                      host=str(config.get("host", prof.server.host)), run_id=run_id, trial_dir=trial_dir,
+                      params=dict(params))
+
+
+def config_yaml(plan: LaunchPlan) -> str:
+    return yaml.safe_dump(plan.config, sort_keys=False, default_flow_style=False)
+
+
+def make_run_id(study: str, n: int) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", study)[:40] or "study"
+    return f"{safe}-t{n}-{os.urandom(4).hex()}"

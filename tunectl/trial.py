@@ -1,0 +1,120 @@
+"""One trial: plan -> patch -> launch -> ready -> ladder -> teardown, written through the StudyStore as it goes.
+
+Stable entry point (the search calls exactly this):
+
+    ctx = TrialContext(profile, runner, store, patcher=None)
+    result = run_trial(ctx, n, params, role="sweep", on_event=None, should_prune=None)
+
+- `params`: knob name (profile `search.space`) or SGLang flag name without dashes -> value.
+- `patcher`: an object with `.ensure(patch_ids) -> {id: sha256}` (runners/patches.py) used for engine
+  "sglang"; for engine "sim" the patches travel as env TUNECTL_SIM_PATCHES.
+- `on_event(kind, data)`: progress for the CLI. kinds: "plan", "launch", "milestone", "ready", "level_start",
+  "level", "crash", "teardown", "done".
+- `should_prune(level_result) -> bool`: asked after each stable level; True stops the ladder ("pruned").
+
+Never raises for a failure of the server or the host: a crash is status "crashed" with its CrashInfo, a dirty host
+or runner fault is status "infra". Every step is written to results/<study>/trials/<n>/ at once (trial.json,
+launch.json, config.yaml, levels/*.json, server.log), so an interrupted run leaves readable results. Teardown
+always runs once the server was started.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tunectl.errors import TunectlError
+from tunectl.models import CrashInfo, LevelResult, TrialResult
+from tunectl.profile import Profile
+from tunectl.runners import lifecycle, server as plan_mod
+from tunectl.runners.ladder import run_ladder
+from tunectl.store import StudyStore
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class TrialContext:
+    profile: Profile
+    runner: Any                      # tunectl.runners._base.Runner
+    store: StudyStore
+    patcher: Any = None              # .ensure(patch_ids) -> {id: sha256}
+    levels: list[int] | None = None  # overrides profile bench.levels (tunectl sweep --concurrency)
+
+
+def _emit(on_event: Event | None, kind: str, **data: Any) -> None:
+    if on_event is not None:
+        on_event(kind, data)
+
+
+def run_trial(ctx: TrialContext, n: int, params: dict[str, Any], role: str = "sweep",
+              on_event: Event | None = None, should_prune: Callable[[LevelResult], bool] | None = None) -> TrialResult:
+    prof, store = ctx.profile, ctx.store
+    run_id = plan_mod.make_run_id(store.name, n)
+    plan = plan_mod.build_plan(prof, params, run_id, f"{prof.host.workdir}/{run_id}")
+    result = TrialResult(trial=n, status="running", params=dict(params), launch=plan, host=ctx.runner.name,
+                         sglang_version=prof.server.sglang_version, started_at=time.time(), role=role)
+    store.write_launch(n, plan, plan_mod.config_yaml(plan))
+    store.write_trial(result)
+    _emit(on_event, "plan", argv=plan.argv, patches=plan.patches, run_id=run_id)
+    t0 = time.monotonic()
+    try:
+        _launch_and_measure(ctx, result, on_event, should_prune)
+    except TunectlError as e:
+        result.status = "infra"
+        result.crash = CrashInfo(cls="infra", signature=type(e).__name__, phase="startup", message=str(e))
+        _emit(on_event, "crash", crash=result.crash.to_dict())
+    finally:
+        result.finished_at = time.time()
+        result.wall_s = round(time.monotonic() - t0, 3)
+        store.write_trial(result)
+    _emit(on_event, "done", status=result.status, wall_s=result.wall_s)
+    return result
+
+
+def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event | None,
+                        should_prune: Callable[[LevelResult], bool] | None) -> None:
+    prof, runner, store, plan = ctx.profile, ctx.runner, ctx.store, result.launch
+    assert plan is not None
+    if plan.patches and prof.server.engine == "sglang" and ctx.patcher is not None:
+        result.patch_hashes = dict(ctx.patcher.ensure(plan.patches))
+    lifecycle.preflight(runner, prof, plan)
+    srv = lifecycle.launch(runner, prof, plan, plan_mod.config_yaml(plan))
+    _emit(on_event, "launch", pgid=srv.handle.pgid, trial_dir=plan.trial_dir)
+    try:
+        _measure(ctx, srv, result, on_event, should_prune)
+    finally:
+        result.teardown = lifecycle.teardown(srv)
+        _emit(on_event, "teardown", **result.teardown)
+        if result.crash is not None and result.crash.exit_code is None and result.crash.cls not in (
+                "hang", "startup_timeout"):
+            result.crash.exit_code = result.teardown.get("exit_code")
+        store.write_log(result.trial, srv.tail())
+
+
+def _measure(ctx: TrialContext, srv: lifecycle.Server, result: TrialResult, on_event: Event | None,
+             should_prune: Callable[[LevelResult], bool] | None) -> None:
+    prof, store = ctx.profile, ctx.store
+    startup = lifecycle.wait_ready(srv, on_event)
+    result.startup_phases, result.ready_s = startup.phases, startup.ready_s
+    if not startup.ready:
+        result.status, result.crash = "crashed", startup.crash
+        _emit(on_event, "crash", crash=startup.crash.to_dict() if startup.crash else None)
+        return
+    _emit(on_event, "ready", ready_s=startup.ready_s)
+    store.write_trial(result)
+
+    def on_level(lv: LevelResult) -> None:
+        result.levels.append(lv)
+        store.write_level(result.trial, lv)
+        store.write_trial(result)
+        store.write_log(result.trial, srv.tail())
+        _emit(on_event, "level", level=lv.to_dict())
+
+    ladder = run_ladder(srv, ctx.levels or prof.bench.levels, prof.bench.workloads, on_level,
+                        on_event, should_prune)
+    if ladder.crash is not None:
+        result.status, result.crash = "crashed", ladder.crash
+        _emit(on_event, "crash", crash=ladder.crash.to_dict())
+    else:
+        result.status = "pruned" if ladder.pruned else "ok"
