@@ -6,7 +6,9 @@ It answers POST /generate (SGLang native SSE: cumulative `text` + `meta_info.com
 of `chunk_tokens` tokens every `itl_ms`, on an absolute schedule (no drift), so a client's measured TTFT/ITL can
 be compared with the truth. `--die-after N` makes the whole process exit (code 137, like SGLang's
 kill_process_tree) once N requests have started: in-flight streams are cut and later connections refused.
-Several `--workers` processes share the port (SO_REUSEPORT) so the server is not the bottleneck.
+Several `--workers` processes share the port (SO_REUSEPORT) so the server is not the bottleneck. With
+`--stats-dir D` each worker keeps a histogram of the gaps it actually left between chunks (its own jitter
+included) and writes it to D every 0.5 s: the truth a client's ITL is compared with (`read_gaps`).
 
 Run: python -m tunectl.runners._bench_fakeserver --port P [--itl-ms 20] [--workers 4] ...
 """
@@ -38,10 +40,22 @@ def _chunk_oai(n_new: int, usage: dict[str, int] | None, rid: str) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+BIN_S, BINS = 0.00005, 8000        # send-gap histogram: 0.05 ms bins up to 400 ms
+
+
 class FakeServer:
     def __init__(self, args: argparse.Namespace):
         self.a = args
         self.started = 0
+        self.gaps = [0] * BINS
+
+    async def dump_stats(self, app: web.Application) -> None:
+        path = os.path.join(self.a.stats_dir, f"gaps-{os.getpid()}.json")
+        while True:
+            await asyncio.sleep(0.5)
+            with open(path + ".tmp", "w") as f:
+                json.dump(self.gaps, f)
+            os.replace(path + ".tmp", path)
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -54,12 +68,16 @@ class FakeServer:
         t0 = time.perf_counter()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        rid, sent, k = f"r{self.started}", 0, 0
+        rid, sent, k, last = f"r{self.started}", 0, 0, 0.0
         while sent < out_len:
             due = t0 + (self.a.ttft_ms + k * self.a.itl_ms) / 1000
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            now = time.perf_counter()
+            if k:
+                self.gaps[min(int((now - last) / BIN_S), BINS - 1)] += 1
+            last = now
             new = min(self.a.chunk_tokens, out_len - sent)
             sent += new
             k += 1
@@ -75,12 +93,18 @@ class FakeServer:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     srv = FakeServer(args)
     app = web.Application()
     app.router.add_post("/generate", srv.stream)
     app.router.add_post("/v1/completions", srv.stream)
     for path in ("/health", "/health_generate", "/v1/models", "/server_info", "/model_info"):
         app.router.add_get(path, srv.info)
+    if args.stats_dir:
+        async def _start(app: web.Application) -> None:
+            app["stats"] = asyncio.create_task(srv.dump_stats(app))
+        app.on_startup.append(_start)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -96,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chunk-tokens", type=int, default=1)
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--cpus", default="", help="comma-separated CPU ids to pin every worker to")
+    ap.add_argument("--stats-dir", default="", help="write each worker's send-gap histogram here")
     args = ap.parse_args(argv)
     procs = [mp.get_context("spawn").Process(target=_serve, args=(args,)) for _ in range(args.workers - 1)]
     for p in procs:
@@ -110,12 +136,14 @@ def free_port() -> int:
 
 
 def start(itl_ms: float = 20.0, ttft_ms: float = 20.0, chunk_tokens: int = 1, die_after: int = 0,
-          workers: int = 1, timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
+          workers: int = 1, cpus: set[int] | None = None, stats_dir: str = "",
+          timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server in its own process group; returns (process, base_url). Stop with `stop(proc)`."""
     port = free_port()
     cmd = [sys.executable, "-m", "tunectl.runners._bench_fakeserver", "--port", str(port), "--itl-ms",
            str(itl_ms), "--ttft-ms", str(ttft_ms), "--chunk-tokens", str(chunk_tokens), "--die-after",
-           str(die_after), "--workers", str(workers)]
+           str(die_after), "--workers", str(workers), "--cpus", ",".join(map(str, sorted(cpus or ()))),
+           "--stats-dir", stats_dir]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
@@ -127,6 +155,26 @@ def start(itl_ms: float = 20.0, ttft_ms: float = 20.0, chunk_tokens: int = 1, di
             time.sleep(0.05)
     stop(proc)
     raise RuntimeError(f"fake server on port {port} did not come up in {timeout_s} s")
+
+
+def read_gaps(stats_dir: str) -> list[int]:
+    """The summed send-gap histogram of all workers (BIN_S bins)."""
+    total = [0] * BINS
+    for name in os.listdir(stats_dir):
+        if name.startswith("gaps-") and name.endswith(".json"):
+            with open(os.path.join(stats_dir, name)) as f:
+                total = [a + b for a, b in zip(total, json.load(f))]
+    return total
+
+
+def gap_percentile(hist: list[int], p: float) -> float:
+    """Percentile (ms) of a send-gap histogram, at bin centres."""
+    need, seen = sum(hist) * p / 100, 0
+    for i, n in enumerate(hist):
+        seen += n
+        if n and seen >= need:
+            return (i + 0.5) * BIN_S * 1000
+    return float("nan")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

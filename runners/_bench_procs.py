@@ -47,8 +47,10 @@ class _Slot:
 
 
 def _split(prompts: list[Prompt], concurrency: int, procs: int) -> list[tuple[list[Prompt], int]]:
+    """Each worker gets a share of the streams and prompts in proportion, so all finish together."""
     conc = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    return [(prompts[i::procs], conc[i]) for i in range(procs)]
+    cuts = [len(prompts) * sum(conc[:i]) // concurrency for i in range(procs + 1)]
+    return [(prompts[cuts[i]:cuts[i + 1]], conc[i]) for i in range(procs)]
 
 
 def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt], concurrency: int, procs: int,

@@ -16,7 +16,7 @@ completed < num_prompts; token counts are what the server streamed, never the pl
 is refused (server gone) the remaining requests are not sent and the level ends at once.
 
 Capacity: streams are split over worker processes (`processes="auto"`: one per `STREAMS_PER_PROCESS`
-concurrent streams, at most one per spare CPU core), each running its own event loop on its share of the
+concurrent streams, at most one per CPU core it may use), each running its own event loop on its share of the
 concurrency; results are merged on the common monotonic clock. A run is flagged `client_bound` when the
 event loop of a worker overslept (p99 lag > `LAG_BOUND_MS`) or a worker used most of a core.
 """
@@ -70,7 +70,7 @@ class LevelMetrics:
 
 
 def auto_processes(concurrency: int) -> int:
-    spare = max(1, (os.cpu_count() or 1) - 1)
+    spare = len(os.sched_getaffinity(0))       # the parent only waits while its workers stream
     return max(1, min(spare, math.ceil(concurrency / STREAMS_PER_PROCESS)))
 
 
