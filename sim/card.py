@@ -5,6 +5,7 @@ Pure: no I/O beyond reading the card file. The live stand-in and the virtual mod
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,9 @@ def capture_list(max_bs: int) -> list[int]:
 def resolve(card: dict[str, Any], config: dict[str, Any], env: dict[str, str] | None = None,
             patches: list[str] | tuple[str, ...] = ()) -> Setup:
     c, env = normalize(config), env or {}
+    patches = {p for pid in patches for p in (pid, re.sub(r"^\d{4}-", "", pid))}
+    patches |= {f"{n}-{p}" for n, p in (("0001", "flashinfer-cutlass-autotune"), ("0002", "page-table-1-flattened"))
+                if p in patches}
     moe = c["moe_runner_backend"]
     moe = card["moe"]["auto"] if moe == "auto" else moe
     runner = card["moe"]["runners"].get(moe, {})

@@ -103,6 +103,7 @@ class Scheduler:
                 r.fresh = False
                 r.cached = r.prefilled = self._radix_hit(r)
                 cached += r.cached
+                self.kv_used += r.cached
             take = min(r.input_len - r.prefilled, budget)
             prefix_sum += r.prefilled
             r.prefilled += take

@@ -1,0 +1,148 @@
+"""The stand-in's HTTP API (aiohttp): SGLang's native and OpenAI-compatible endpoints that tunectl and
+`sglang.bench_serving` use. Latencies in responses are modeled seconds (wall / time scale)."""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from tunectl.sim.engine import Engine
+from tunectl.sim.sched import BLOCK, Req
+
+_rid = itertools.count(1)
+WORD = " ok"
+
+
+class Api:
+    def __init__(self, state: Any):
+        self.st = state          # launch_server.State: args, engine, ready, shutting_down, info
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._access_log], client_max_size=64 << 20)
+        r = app.router
+        for path in ("/health", "/health_generate"):
+            r.add_get(path, self.health)
+        for path in ("/model_info", "/get_model_info"):
+            r.add_get(path, self.model_info)
+        for path in ("/server_info", "/get_server_info"):
+            r.add_get(path, self.server_info)
+        r.add_get("/v1/models", self.models)
+        r.add_post("/generate", self.generate)
+        r.add_post("/v1/completions", self.completions)
+        r.add_route("*", "/flush_cache", self.flush_cache)
+        return app
+
+    @web.middleware
+    async def _access_log(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        resp = await handler(request)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        addr = f"{peer[0]}:{peer[1]}" if peer else "127.0.0.1:0"
+        reason = "OK" if resp.status == 200 else resp.reason
+        self.st.log(f'INFO:     {addr} - "{request.method} {request.path} HTTP/1.1" {resp.status} {reason}')
+        return resp
+
+    async def health(self, _: web.Request) -> web.Response:
+        ok = self.st.ready and not self.st.shutting_down
+        return web.Response(status=200 if ok else 503)
+
+    async def model_info(self, _: web.Request) -> web.Response:
+        return web.json_response(self.st.model_info())
+
+    async def server_info(self, _: web.Request) -> web.Response:
+        return web.json_response(self.st.server_info())
+
+    async def models(self, _: web.Request) -> web.Response:
+        name = self.st.served_name
+        return web.json_response({"object": "list", "data": [{
+            "id": name, "object": "model", "created": int(self.st.started), "owned_by": "sglang", "root": name,
+            "max_model_len": self.st.setup.card.get("context_len", 8192)}]})
+
+    async def flush_cache(self, _: web.Request) -> web.Response:
+        eng: Engine = self.st.engine
+        if eng is not None and eng.sched.idle():
+            eng.sched.flush_cache()
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are "
+                                 "running or waiting requests, the operation will not be performed.)\n")
+
+    # ------------------------------------------------------------------------------------- generation
+    def _make_req(self, prompt: Any, max_new: int) -> Req:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            prompt = prompt[0]
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        ids = self.st.tokenize(prompt) if isinstance(prompt, str) else list(prompt or [])
+        keys = [hash(tuple(ids[: (i + 1) * BLOCK])) for i in range(len(ids) // BLOCK)]
+        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), keys)
+
+    def _unavailable(self) -> web.Response | None:
+        if self.st.engine is None or self.st.shutting_down:
+            return web.json_response({"error": {"message": "server is not ready"}}, status=503)
+        return None
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        if (bad := self._unavailable()) is not None:
+            return bad
+        body = await request.json()
+        sp = body.get("sampling_params") or {}
+        prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
+        req = self._make_req(prompt, sp.get("max_new_tokens", 128))
+        q = self.st.engine.submit(req)
+        if not body.get("stream"):
+            while not (await q.get()).finished:
+                pass
+            return web.json_response(self._native(req, req.output_len, True))
+        resp = await _sse(request)
+        while True:
+            up = await q.get()
+            await resp.write(b"data: " + json.dumps(self._native(req, up.generated, up.finished)).encode() + b"\n\n")
+            if up.finished:
+                break
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    def _native(self, req: Req, n: int, done: bool) -> dict[str, Any]:
+        now = self.st.engine.modeled_now()
+        return {"text": WORD * n, "output_ids": [], "meta_info": {
+            "id": str(req.rid), "finish_reason": {"type": "length", "length": req.output_len} if done else None,
+            "prompt_tokens": req.input_len, "completion_tokens": n, "cached_tokens": req.cached,
+            "e2e_latency": now - req.arrival}}
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        if (bad := self._unavailable()) is not None:
+            return bad
+        body = await request.json()
+        req = self._make_req(body.get("prompt", ""), body.get("max_tokens", 16))
+        q = self.st.engine.submit(req)
+        if not body.get("stream"):
+            while not (await q.get()).finished:
+                pass
+            return web.json_response(self._oai(req, WORD * req.output_len, "length", True))
+        resp, sent = await _sse(request), 0
+        while True:
+            up = await q.get()
+            chunk = self._oai(req, WORD * (up.generated - sent), "length" if up.finished else None, up.finished)
+            sent = up.generated
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if up.finished:
+                break
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    def _oai(self, req: Req, text: str, finish: str | None, usage: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": f"cmpl-{req.rid}", "object": "text_completion", "created": int(time.time()),
+            "model": self.st.served_name,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}], "usage": None}
+        if usage:
+            out["usage"] = {"prompt_tokens": req.input_len, "completion_tokens": req.output_len,
+                            "total_tokens": req.input_len + req.output_len}
+        return out
+
+
+async def _sse(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp

@@ -1,0 +1,170 @@
+"""`python -m tunectl.sim.launch_server <SGLang 0.5.9 flags> [--sim-card ..] [--sim-time-scale ..] [--sim-seed ..]`
+
+Behaves like `python -m sglang.launch_server` where tunectl can see it: argv, log lines, HTTP API, throughput,
+crashes (traceback, sigquit line, kill_process_tree, death by SIGKILL = exit 137) and SIGTERM teardown.
+Patches in effect come from env TUNECTL_SIM_PATCHES (comma-separated bundled patch ids).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from tunectl.sim import args as sim_args
+from tunectl.sim.card import load_card, resolve
+from tunectl.sim.engine import Engine
+from tunectl.sim.http import Api
+from tunectl.sim.logs import Log
+from tunectl.sim.phases import run_startup
+from tunectl.sim.sched import Req, RuntimeCrash
+
+CHILD = ("import ctypes, os, signal, sys\n"
+         "libc = ctypes.CDLL(None)\n"
+         "libc.prctl(1, signal.SIGKILL)\n"          # PR_SET_PDEATHSIG, like SGLang's schedulers
+         "libc.prctl(15, b'sglang::schedul', 0, 0, 0)\n"
+         "if os.getppid() != int(sys.argv[1]): os._exit(0)\n"
+         "signal.pause()\n")
+
+
+class State:
+    def __init__(self, ns: Any, argv: list[str]):
+        self.ns, self.argv = ns, argv
+        self.log = Log(ns.tensor_parallel_size or 1)
+        self.card = load_card(ns.sim_card)
+        self.patches = [p for p in os.environ.get("TUNECTL_SIM_PATCHES", "").split(",") if p]
+        self.setup = resolve(self.card, sim_args.model_config(ns), dict(os.environ), self.patches)
+        self.engine: Engine | None = None
+        self.ready = self.shutting_down = False
+        self.started = time.time()
+        self.served_name = ns.served_model_name or ns.model_path or self.card["model"]
+        self.children: list[subprocess.Popen[bytes]] = []
+        self._tok = _tokenizer(ns.tokenizer_path or ns.model_path)
+
+    def tokenize(self, text: str) -> list[int]:
+        if self._tok is not None:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        return [hash(w) & 0xFFFF for w in text.split()] or [0]
+
+    def model_info(self) -> dict[str, Any]:
+        return {"model_path": self.ns.model_path, "tokenizer_path": self.ns.tokenizer_path or self.ns.model_path,
+                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": "glm_moe_dsa", "architectures": [self.card.get("architecture", "")]}
+
+    def server_info(self) -> dict[str, Any]:
+        info = {k: v for k, v in vars(self.ns).items() if not k.startswith("sim_")}
+        eng = self.engine
+        info.update({
+            "version": sim_args.SGLANG_VERSION, "launch_command": " ".join(self.argv), "launch_args": self.argv,
+            "sim_time_scale": self.ns.sim_time_scale, "sim_card": self.card["name"], "sim_seed": self.ns.sim_seed,
+            "sim_patches": self.patches, "max_total_num_tokens": self.setup.kv_tokens,
+            "internal_states": [{"last_gen_throughput": eng.last_gen_throughput if eng else 0.0,
+                                 "avg_spec_accept_length": None, "#running-req": len(eng.sched.running) if eng else 0,
+                                 "#queue-req": len(eng.sched.waiting) if eng else 0}]})
+        return info
+
+    # ------------------------------------------------------------------------------------ dying
+    def die(self, crash_phase: str, exception: str, frames: str, extra: str | None = None) -> None:
+        self.log.exception(frames, exception, extra)
+        if os.environ.get("SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION", "") in ("1", "true", "True"):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        if crash_phase == "startup":
+            self.log("Received sigquit from a child process. It usually means the child failed.")
+        else:
+            self.log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        self.kill_tree()
+
+    def kill_tree(self) -> None:
+        pid = os.getpid()
+        self.log(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
+        for ch in self.children:
+            if ch.poll() is None:
+                ch.kill()
+        sys.stderr.flush()
+        os.kill(pid, signal.SIGKILL)
+
+    def on_runtime_crash(self, crash: RuntimeCrash) -> None:
+        if crash.signature == "decode_oom":
+            self.log("KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.3000 -> 1.0000",
+                     rank=True)
+        frames = "page_table_1_flattened" if crash.signature == "page_table_1_flattened" else "decode_oom"
+        if crash.signature == "watchdog_timeout":
+            self.log(crash.exception, rank=True)
+            self.log("Pyspy failed (py-spy is not installed).", rank=True)
+            self.log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            self.kill_tree()
+        self.die("runtime", crash.exception, frames)
+
+
+def _tokenizer(path: str | None) -> Any:
+    try:
+        from tokenizers import Tokenizer
+        return Tokenizer.from_file(os.path.join(path or "", "tokenizer.json"))
+    except Exception:  # no tokenizer: approximate by whitespace words
+        return None
+
+
+def _spawn_child(st: State) -> None:
+    st.children.append(subprocess.Popen([sys.executable, "-c", CHILD, str(os.getpid())]))
+
+
+async def serve(st: State) -> None:
+    ns, scale = st.ns, ns_scale(st.ns)
+    _spawn_child(st)
+    await run_startup(st, scale)
+    st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash)
+    loop_task = asyncio.create_task(st.engine.run())
+    runner = web.AppRunner(Api(st).app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, ns.host, ns.port, reuse_address=True).start()
+    for line in (f"INFO:     Started server process [{os.getpid()}]", "INFO:     Waiting for application startup.",
+                 "INFO:     Application startup complete.",
+                 f"INFO:     Uvicorn running on http://{ns.host}:{ns.port} (Press CTRL+C to quit)"):
+        st.log(line)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(_sigterm(st)))
+    if not ns.skip_server_warmup:
+        q = st.engine.submit(Req(0, 16, 8))
+        while not (await q.get()).finished:
+            pass
+        st.log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+    st.ready = True
+    st.log("The server is fired up and ready to roll!")
+    await loop_task
+    await asyncio.Event().wait()
+
+
+def ns_scale(ns: Any) -> float:
+    return max(1e-6, float(ns.sim_time_scale))
+
+
+async def _sigterm(st: State) -> None:
+    st.log("SIGTERM received. signum=15 frame=None. Draining requests and shutting down...")
+    st.shutting_down = True
+    deadline = time.monotonic() + 2.0
+    while st.engine is not None and st.engine.inflight() and time.monotonic() < deadline:
+        st.log(f"Gracefully exiting... Remaining number of requests {st.engine.inflight()}.")
+        await asyncio.sleep(0.5)
+    st.kill_tree()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        ns = sim_args.parse(argv)
+    except ValueError as e:                      # SGLang raises from its --config merger (exit 1)
+        print(f"ValueError: {e}", file=sys.stderr)
+        sys.exit(1)
+    st = State(ns, argv)
+    signal.signal(signal.SIGTERM, lambda *_: (st.log("SIGTERM received. signum=15 frame=None. Draining requests "
+                                                     "and shutting down..."), st.kill_tree()))
+    asyncio.run(serve(st))
+
+
+if __name__ == "__main__":
+    main()

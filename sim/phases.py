@@ -1,0 +1,64 @@
+"""Startup phases of the stand-in: SGLang's milestone log lines in order, scaled sleeps, startup crashes."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tunectl.sim.card import Setup
+
+_DTYPE = {"fp8": "torch.float8_e4m3fn", "bf16": "torch.bfloat16"}
+
+
+def _server_args(ns: Any) -> str:
+    keys = [k for k in vars(ns) if not k.startswith("sim_") and k != "config"]
+    return "ServerArgs(" + ", ".join(f"{k}={getattr(ns, k)!r}" for k in keys) + ")"
+
+
+def _milestones(s: Setup, phase: str) -> tuple[list[str], list[str]]:
+    """(lines logged when the phase begins, lines logged when it ends)."""
+    m = s.card["memory"]
+    gpu, weights = m["gpu_gb"] - 1.5, m["weights_gb"]
+    after_static = gpu - s.mfs * m["gpu_gb"] + 1.5
+    kv_gb = s.kv_tokens * m["kv_bytes_per_token"][s.kv_dtype] / 1e9
+    sec = dict(s.phases)
+    return {
+        "init": (["Init torch distributed begin."], ["Init torch distributed ends. elapsed=3.91 s, mem usage=0.52 GB"]),
+        "load_weights": ([f"Load weight begin. avail mem={gpu:.2f} GB"],
+                         [f"Load weight end. elapsed={sec.get('load_weights', 0):.2f} s, "
+                          f"type={s.card.get('architecture')}, avail mem={gpu - weights:.2f} GB, "
+                          f"mem usage={weights:.2f} GB."]),
+        "kv_alloc": ([], [f"KV Cache is allocated. dtype: {_DTYPE[s.kv_dtype]}, #tokens: {s.kv_tokens}, "
+                          f"KV size: {kv_gb:.2f} GB", f"Memory pool end. avail mem={after_static:.2f} GB"]),
+        "autotune": (["Running FlashInfer autotune..."], ["FlashInfer autotune completed."]),
+        "cuda_graph": ([f"Capture cuda graph begin. This can take up to several minutes. "
+                        f"avail mem={after_static:.2f} GB"],
+                       [f"Capture cuda graph end. Time elapsed: {sec.get('cuda_graph', 0):.2f} s. mem usage="
+                        f"{m['graph_fixed_gb'] + m['graph_per_bs_gb'] * s.graph_max_bs:.2f} GB. "
+                        f"avail mem={after_static - m['graph_per_bs_gb'] * s.graph_max_bs:.2f} GB."]),
+        "warmup": ([], []),
+    }.get(phase, ([], []))
+
+
+async def run_startup(st: Any, scale: float) -> None:
+    s: Setup = st.setup
+    log = st.log
+    log(f"server_args={_server_args(st.ns)}")
+    for phase, seconds in s.phases:
+        begin, end = _milestones(s, phase)
+        for line in begin:
+            log(line, rank=True)
+        await asyncio.sleep(seconds * scale)
+        if phase == "warmup":
+            continue
+        for line in end:
+            log(line, rank=True)
+    if s.crash is not None:
+        for line in _milestones(s, s.crash.phase)[0]:
+            log(line, rank=True)
+        await asyncio.sleep(0.01)
+        st.die("startup", s.crash.exception, "startup", s.crash.phase)
+        return
+    log(f"max_total_num_tokens={s.kv_tokens}, chunked_prefill_size={min(s.chunk, 1 << 20)}, "
+        f"max_prefill_tokens=16384, max_running_requests={s.max_running}, "
+        f"context_len={s.card.get('context_len')}, available_gpu_mem={(1 - s.mfs) * s.card['memory']['gpu_gb']:.2f} GB",
+        rank=True)

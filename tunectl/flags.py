@@ -1,0 +1,99 @@
+"""SGLang's flag table, read from a real `launch_server --help` text.
+
+`parse_help` turns the "options:" section of an argparse help text into FlagSpecs keyed by the flag name
+without leading dashes (the first long option string, as argparse uses it for `dest`).
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HELP_DIR = Path(__file__).parent / "sglang_help"
+_OPT_LINE = re.compile(r"^  (-\S.*)$")
+
+
+@dataclass
+class FlagSpec:
+    name: str                          # e.g. "cuda-graph-max-bs"
+    takes_value: bool
+    choices: list[str] | None = None
+    metavar: str | None = None
+    help: str = ""
+    aliases: list[str] = field(default_factory=list)   # other option strings, with dashes
+    nargs: str | None = None           # None (one value), "?", "*", "+"
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+def _split_header(text: str) -> tuple[str, str]:
+    m = re.match(r"^(.*?\S)(?: {2,}(.*))?$", text)
+    assert m
+    return m.group(1), (m.group(2) or "")
+
+
+def _parse_opt(header: str) -> tuple[list[str], str]:
+    """'--a A, --b A' -> (['--a', '--b'], 'A'); values may contain commas inside braces."""
+    parts = re.split(r", (?=-)", header)
+    names, value = [], ""
+    for p in parts:
+        name, _, rest = p.partition(" ")
+        names.append(name)
+        value = rest or value
+    return names, value
+
+
+def _value_spec(value: str) -> tuple[bool, list[str] | None, str | None, str | None]:
+    if not value:
+        return False, None, None, None
+    nargs = None
+    if value.endswith("...]"):
+        nargs = "*" if value.startswith("[") else "+"
+        value = value[1:].split(" ", 1)[0] if nargs == "*" else value.split(" ", 1)[0]
+    elif value.startswith("[") and value.endswith("]"):
+        nargs, value = "?", value[1:-1]
+    choices = value[1:-1].split(",") if value.startswith("{") and value.endswith("}") else None
+    return True, choices, None if choices else value, nargs
+
+
+def parse_help(text: str) -> dict[str, FlagSpec]:
+    out: dict[str, FlagSpec] = {}
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.strip() in ("options:", "optional arguments:")), 0)
+    current: FlagSpec | None = None
+    for ln in lines[start + 1:]:
+        m = _OPT_LINE.match(ln)
+        if m:
+            header, help_text = _split_header(m.group(1))
+            names, value = _parse_opt(header)
+            longs = [n for n in names if n.startswith("--")]
+            if not longs or longs[0] == "--help":
+                current = None
+                continue
+            takes, choices, metavar, nargs = _value_spec(value)
+            current = FlagSpec(longs[0][2:], takes, choices, metavar, help_text.strip(),
+                               [n for n in names if n != longs[0]], nargs)
+            out[current.name] = current
+        elif current is not None and ln.startswith(" " * 24) and ln.strip():
+            if not current.help:
+                current.help = ln.strip()
+        elif ln and not ln.startswith(" "):
+            current = None
+    return out
+
+
+def bundled_flags(version: str) -> dict[str, FlagSpec]:
+    path = HELP_DIR / f"launch_server-{version}.txt"
+    if not path.is_file():
+        known = sorted(p.stem.removeprefix("launch_server-") for p in HELP_DIR.glob("launch_server-*.txt"))
+        raise FileNotFoundError(f"no bundled --help text for SGLang {version}; bundled: {known}")
+    return parse_help(path.read_text())
+
+
+def did_you_mean(name: str, known: dict[str, FlagSpec] | list[str] | set[str]) -> str | None:
+    bare = name.lstrip("-").replace("_", "-")
+    match = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.6)
+    return match[0] if match else None
