@@ -14,6 +14,7 @@ from tunectl.store import StudyStore, read_json
 
 FINISHED = ("ok", "crashed", "pruned")
 LATENCY_KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+CURVE_KEYS = tuple(f"{stat}_{m}_ms" for m in ("ttft", "tpot") for stat in ("mean", "median", "p90", "p99"))
 
 
 @dataclass
@@ -80,11 +81,19 @@ def rank_trials(trials: list[TrialResult]) -> list[TrialResult]:
     return sorted(ranked, key=lambda t: (-t.best_output_throughput, t.trial))
 
 
+def best_info(data: StudyData) -> dict[str, Any]:
+    """The winner's record in best.json: the search writes {"best": {"trial", "argv", "config", ...}, ...};
+    a flat {"trial": n, ...} is read too. Empty when there is none (yet)."""
+    b = data.best or {}
+    inner = b.get("best", b)
+    return inner if isinstance(inner, dict) else {}
+
+
 def best_trial(data: StudyData) -> TrialResult | None:
     """The study's winner: best.json's trial when written, else the best stable trial that finished ok."""
     by_num = {t.trial: t for t in data.trials}
-    if data.best and data.best.get("trial") in by_num:
-        return by_num[data.best["trial"]]
+    if best_info(data).get("trial") in by_num:
+        return by_num[best_info(data)["trial"]]
     ok = [t for t in rank_trials(data.trials) if t.status == "ok"]
     return ok[0] if ok else None
 
@@ -93,8 +102,9 @@ def launch_argv(data: StudyData, n: int) -> list[str]:
     launch = data.launches.get(n) or {}
     if launch.get("argv"):
         return list(launch["argv"])
-    if data.best and data.best.get("trial") == n and data.best.get("argv"):
-        return list(data.best["argv"])
+    info = best_info(data)
+    if info.get("trial") == n and info.get("argv"):
+        return list(info["argv"])
     return []
 
 
@@ -125,6 +135,8 @@ def summary(data: StudyData) -> dict[str, Any]:
         "latencies": {k: peak.metrics.get(k) for k in LATENCY_KEYS} if peak else {},
         "command": shlex.join(argv) if argv else "", "argv": argv,
         "host": best.host, "sglang_version": best.sglang_version, "patch_hashes": dict(best.patch_hashes)}
+    if best_info(data).get("confirmed_value") is not None:
+        out["best"]["confirmed_value"] = best_info(data)["confirmed_value"]   # mean of its finalist reruns
     if base and base.best_output_throughput > 0:
         out["best"]["speedup_vs_baseline"] = best.best_output_throughput / base.best_output_throughput
     return out
@@ -152,12 +164,14 @@ def top_trials(trials: list[TrialResult], top: int = 5) -> list[TrialResult]:
 
 
 def curve(t: TrialResult) -> dict[str, Any]:
-    ok = sorted(t.stable_levels, key=lambda lv: lv.concurrency)
-    return {"trial": t.trial, "label": _label(t), "role": t.role, "status": t.status,
+    """A trial's stable levels of its first workload (a ladder per workload when a profile has several)."""
+    workload = t.levels[0].workload if t.levels else ""
+    ok = sorted((lv for lv in t.stable_levels if lv.workload == workload), key=lambda lv: lv.concurrency)
+    return {"trial": t.trial, "label": _label(t), "role": t.role, "status": t.status, "workload": workload,
             "concurrency": [lv.concurrency for lv in ok],
             "output_throughput": [lv.output_throughput for lv in ok],
             "crashed_at": t.crashed_level,
-            **{k: [lv.metrics.get(k) for lv in ok] for k in LATENCY_KEYS}}
+            **{k: [lv.metrics.get(k) for lv in ok] for k in CURVE_KEYS}}
 
 
 def throughput_curves(data: StudyData, top: int = 5) -> dict[str, Any]:

@@ -38,16 +38,35 @@ def throughput_figure(tc: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def _center_stat(curves: list[dict[str, Any]], metric: str) -> str:
+    """median when the results have it, else mean (the virtual model reports mean and p99)."""
+    has = any(v is not None for c in curves for v in c.get(f"median_{metric}_ms", []))
+    return "median" if has else "mean"
+
+
 def latency_figure(tc: dict[str, Any]) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "TPOT (ms)"))
+    stats = {m: _center_stat(tc["curves"], m) for m in ("ttft", "tpot")}
+    shown: set[str] = set()
     for i, c in enumerate(tc["curves"]):
         color = f"hsl({(i * 67) % 360},60%,45%)"
         for col, metric in ((1, "ttft"), (2, "tpot")):
-            for stat, dash in (("median", "solid"), ("p99", "dash")):
-                fig.add_trace(go.Scatter(x=c["concurrency"], y=c[f"{stat}_{metric}_ms"], mode="lines+markers",
-                                         name=f"{c['label']} {stat}", legendgroup=c["label"],
-                                         showlegend=col == 1, line=dict(color=color, dash=dash)), row=1, col=col)
-    fig.update_layout(title="Latency percentiles vs concurrency (solid median, dashed p99)", **LAYOUT)
+            for stat, dash in ((stats[metric], "solid"), ("p99", "dash")):
+                ys = c.get(f"{stat}_{metric}_ms", [])
+                if not any(v is not None for v in ys):
+                    continue
+                name = f"{c['label']} {stat}"
+                fig.add_trace(go.Scatter(x=c["concurrency"], y=ys, mode="lines+markers", name=name,
+                                         legendgroup=c["label"], showlegend=name not in shown,
+                                         line=dict(color=color, dash=dash)), row=1, col=col)
+                shown.add(name)
+    for col, metric in ((1, "ttft"), (2, "tpot")):
+        keys = (f"{stats[metric]}_{metric}_ms", f"p99_{metric}_ms")
+        if not any(v is not None for c in tc["curves"] for k in keys for v in c.get(k, [])):
+            dom = (fig.layout.xaxis if col == 1 else fig.layout.xaxis2).domain
+            fig.add_annotation(text=f"no {metric.upper()} in these results", showarrow=False, xref="paper",
+                               yref="paper", x=(dom[0] + dom[1]) / 2, y=0.5)
+    fig.update_layout(title=f"Latency vs concurrency (solid {stats['ttft']}, dashed p99)", **LAYOUT)
     _log2_axis(fig)
     fig.update_yaxes(type="log")
     return fig

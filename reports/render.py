@@ -60,6 +60,8 @@ def _summary_html(s: dict[str, Any]) -> str:
         return "".join(parts) + "<p>No stable configuration yet.</p>"
     lat = ", ".join(f"{k} {_e(v)}" for k, v in b["latencies"].items() if v is not None)
     speed = f" ({b['speedup_vs_baseline']:.2f}x the baseline)" if b.get("speedup_vs_baseline") else ""
+    if b.get("confirmed_value") is not None:
+        speed += f"; finalist reruns confirm {_e(float(b['confirmed_value']))} tok/s on average"
     ref = s.get("reference")
     ref_txt = (f"<li>reference: {_e(ref.get('label'))}: {_e(float(ref['output_throughput']))} tok/s</li>"
                if ref and ref.get("output_throughput") else "")
@@ -75,8 +77,9 @@ def _summary_html(s: dict[str, Any]) -> str:
 
 def _figures(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
     out = [("throughput", "Throughput vs concurrency", figures.throughput_figure(r["throughput"])),
-           ("latency", "Latency vs concurrency", figures.latency_figure(r["throughput"])),
-           ("history", "Optimization history", figures.history_figure(r["history"]))]
+           ("latency", "Latency vs concurrency", figures.latency_figure(r["throughput"]))]
+    if len(r["history"]) > 1:
+        out.append(("history", "Optimization history", figures.history_figure(r["history"])))
     if r["importance"]["values"]:
         out.append(("importance", "Parameter importance", figures.importance_figure(r["importance"])))
     if r["crash_map"]["crashes"] and r["crash_map"]["cells"]:

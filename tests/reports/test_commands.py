@@ -28,14 +28,14 @@ def test_best_command_reproduces_launch_json_argv_exactly(results_root):
     res = run(results_root, "best", "--format", "command")
     assert res.exit_code == 0, res.output
     store = StudyStore("glm5-search", results_root)        # the most recent study is the default
-    argv = read_json(store.trial_dir(store.read_best()["trial"]) / "launch.json")["argv"]
+    argv = read_json(store.trial_dir(store.read_best()["best"]["trial"]) / "launch.json")["argv"]
     assert shlex.split(res.stdout.strip()) == argv
     assert any(" " in a for a in argv) and any('"' in a for a in argv)  # quoting is exercised
 
 
 def test_best_yaml_is_the_config_file_as_launched_and_json_parses(results_root):
     store = StudyStore("glm5-search", results_root)
-    n = store.read_best()["trial"]
+    n = store.read_best()["best"]["trial"]
     res = run(results_root, "best", "--study", "glm5-search", "--format", "yaml")
     assert res.exit_code == 0 and res.stdout == (store.trial_dir(n) / "config.yaml").read_text()
     doc = json.loads(run(results_root, "best", "-f", "json").stdout)

@@ -28,7 +28,7 @@ def _level_files(store: StudyStore, n: int) -> list[dict]:
 def test_summary_names_best_json_winner_with_its_peak_and_command(data, results_root):
     s = summary(data)["best"]
     store = StudyStore("glm5-search", results_root)
-    assert s["trial"] == store.read_best()["trial"] == BEST_TRIAL
+    assert s["trial"] == store.read_best()["best"]["trial"] == BEST_TRIAL
     levels = [lv for lv in _level_files(store, BEST_TRIAL) if lv["status"] == "ok"]
     peak = max(levels, key=lambda lv: lv["metrics"]["output_throughput"])
     assert s["output_throughput"] == peak["metrics"]["output_throughput"]
@@ -37,8 +37,16 @@ def test_summary_names_best_json_winner_with_its_peak_and_command(data, results_
     assert s["argv"] == read_json(store.trial_dir(BEST_TRIAL) / "launch.json")["argv"]
     assert s["sglang_version"] == "0.5.9" and s["host"] == "gpu-box-1"
     assert s["patch_hashes"] and all(len(h) == 64 for h in s["patch_hashes"].values())
+    reruns = [t.best_output_throughput for t in data.trials if t.role == "finalist" and t.params == s["params"]]
+    assert len(reruns) == 2 and s["confirmed_value"] == pytest.approx(statistics.fmean(reruns))
     base = summary(data)["baseline"]
     assert s["speedup_vs_baseline"] == pytest.approx(s["output_throughput"] / base["output_throughput"])
+
+
+def test_a_flat_best_json_is_read_too(tmp_path):
+    store = build_search_study(tmp_path, with_db=False)
+    store.write_best({"trial": 7})
+    assert best_trial(load_study(store)).trial == 7
 
 
 def test_without_best_json_the_winner_is_the_best_trial_that_finished_ok(tmp_path):
@@ -159,6 +167,8 @@ def test_sweep_renders_with_its_single_trial(results_root):
     assert r["crash_map"]["crashes"] == [] and r["finalists"] == []
     page = render(r)
     assert "No crashes." in page and 'id="fig-crashmap"' not in page
+    assert "solid mean, dashed p99" in page    # no median in these results: the mean stands in, labelled
+    assert "no TPOT in these results" in page and 'id="fig-history"' not in page
 
 
 def _external_refs(page: str) -> list[str]:
@@ -188,6 +198,8 @@ def test_empty_study_renders_without_a_winner(tmp_path):
     r = compute(load_study(store))
     assert r["summary"]["best"] is None
     assert "No stable configuration yet" in render(r)
+    store.write_best({"study": "empty", "best": None})        # a search that found nothing stable
+    assert best_trial(load_study(store)) is None
 
 
 def test_torn_trial_json_is_skipped(tmp_path):
