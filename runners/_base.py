@@ -36,7 +36,7 @@ class ProcHandle:
 
     run_id: str
     dir: str                         # 0700 directory on the host holding the files below
-    pgid: int | None = None          # recorded by the wrapper (== the wrapper's pid: it runs under setsid)
+    pgid: int | None = None          # recorded by the wrapper (== the command's pid: it runs under setsid)
     log_path: str = ""               # <dir>/server.log (stdout+stderr)
     exit_code_path: str = ""         # <dir>/exit_code, written by the wrapper when the command ends
     pgid_path: str = ""              # <dir>/pgid
@@ -116,16 +116,20 @@ class Runner(Protocol):
 
 
 # The wrapper every runner starts. Arguments: $1 = the directory; the real command follows `--`.
-# It runs under `setsid` so its pid is the process group id; the command is NOT exec'd so the shell can
-# record `$?` (over SSH the exit signal is otherwise lost: paramiko only reports exit-status).
+# The command runs under its own `setsid`, so its pid is the process group id recorded in `pgid`; the wrapper
+# stays outside that group, so neither SGLang's own killpg on a crash (SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION=1)
+# nor tunectl's group signals take it down before it records `$?` (over SSH the exit signal is otherwise lost:
+# paramiko only reports exit-status).
 WRAPPER = r"""#!/usr/bin/env bash
 # tunectl launch wrapper: records the process group and the exit code of one server run.
 dir="$1"; shift; [ "$1" = "--" ] && shift
 cd "$dir" || exit 90
-echo "$$" > pgid.tmp && mv pgid.tmp pgid
 cat /proc/sys/kernel/random/boot_id > boot_id 2>/dev/null || true
 set -a; . ./env; set +a
-"$@"
+setsid "$@" < /dev/null &
+child=$!
+echo "$child" > pgid.tmp && mv pgid.tmp pgid
+wait "$child"
 rc=$?
 echo "$rc" > exit_code.tmp && mv exit_code.tmp exit_code
 """
