@@ -1,0 +1,236 @@
+"""`tunectl sweep`: one launch of one configuration, a concurrency ladder on it, a table per level.
+
+A crash is a finding (exit 0, shown with its class and evidence); usage errors exit 2 and infra faults 1, each
+with one line. `--set NAME=VALUE` takes a search-space knob or an SGLang flag name (no dashes), checked against
+the knob's type/choices or the profile's SGLang version's --help before anything starts.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+import yaml
+from rich.table import Table
+
+from tunectl.cli import app
+from tunectl.commands._common import console, err_console, get_profile, one_line_errors
+from tunectl.errors import UsageError
+from tunectl.models import TrialResult
+from tunectl.profile import ParamSpec, Profile
+from tunectl.store import DEFAULT_ROOT, StudyStore, redact_env
+
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def parse_levels(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        levels = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise UsageError(f"--concurrency: {text!r}: expected comma-separated positive integers, e.g. 64,256,512")
+    if not levels or levels[0] < 1:
+        raise UsageError(f"--concurrency: {text!r}: expected comma-separated positive integers, e.g. 64,256,512")
+    return levels
+
+
+def _bool(name: str, raw: str) -> bool:
+    if raw.lower() in _TRUE | _FALSE:
+        return raw.lower() in _TRUE
+    raise UsageError(f"--set {name}: {raw!r}: expected a boolean (true or false)")
+
+
+def _knob_value(name: str, spec: ParamSpec, raw: str) -> Any:
+    if spec.type == "bool":
+        return _bool(name, raw)
+    if spec.choices is not None:
+        for choice in spec.choices:
+            if str(choice).lower() == raw.lower():
+                return choice
+        raise UsageError(f"--set {name}: {raw!r}: must be one of {', '.join(map(str, spec.choices))}")
+    kind = int if spec.type == "int" else float
+    try:
+        return kind(raw)
+    except ValueError:
+        raise UsageError(f"--set {name}: {raw!r}: expected {'an integer' if kind is int else 'a number'}")
+
+
+def _flag_value(prof: Profile, name: str, raw: str) -> Any:
+    from tunectl.flags import bundled_flags, did_you_mean
+
+    version = prof.server.sglang_version
+    try:
+        flags = bundled_flags(version)
+    except FileNotFoundError as e:
+        raise UsageError(f"--set {name}: {e}")
+    spec = flags.get(name)
+    if spec is None:
+        hint = did_you_mean(name, flags)
+        knobs = ", ".join(prof.search.space) or "none"
+        raise UsageError(f"--set {name}: not a search knob ({knobs}) nor an SGLang {version} flag"
+                         + (f"; did you mean {hint!r}?" if hint else ""))
+    if not spec.takes_value:
+        return _bool(name, raw)
+    if spec.choices and raw not in spec.choices:
+        raise UsageError(f"--set {name}: {raw!r}: must be one of {', '.join(spec.choices)}")
+    value = yaml.safe_load(raw) if raw else raw
+    return value if isinstance(value, (int, float, str, bool)) else raw
+
+
+def parse_sets(prof: Profile, sets: list[str]) -> dict[str, Any]:
+    """`["NAME=VALUE", ...]` -> trial params, each value checked and typed."""
+    params: dict[str, Any] = {}
+    for item in sets:
+        name, sep, raw = item.partition("=")
+        name = name.strip().lstrip("-")
+        if not sep or not name:
+            raise UsageError(f"--set {item!r}: expected NAME=VALUE, e.g. --set max-running-requests=2048")
+        spec = prof.search.space.get(name)
+        params[name] = _knob_value(name, spec, raw.strip()) if spec else _flag_value(prof, name, raw.strip())
+    return params
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+def _fmt(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def level_table(result: TrialResult) -> Table:
+    tab = Table(title=f"trial {result.trial}: {result.status}")
+    for col in ("workload", "concurrency", "status", "output tok/s", "total tok/s", "TTFT p50 ms", "TTFT p99 ms",
+                "TPOT p50 ms", "TPOT p99 ms", "done/failed"):
+        tab.add_column(col, justify="left" if col in ("workload", "status") else "right")
+    style = {"ok": "green", "crashed": "bold red", "failed": "yellow", "pruned": "dim"}
+    for lv in result.levels:
+        m = lv.metrics
+        flag = " (client-bound)" if lv.client_bound else ""
+        tab.add_row(lv.workload, str(lv.concurrency), f"[{style.get(lv.status, '')}]{lv.status}[/]{flag}",
+                    _fmt(m.get("output_throughput")), _fmt(m.get("total_throughput")),
+                    _fmt(m.get("median_ttft_ms")), _fmt(m.get("p99_ttft_ms")), _fmt(m.get("median_tpot_ms"), 2),
+                    _fmt(m.get("p99_tpot_ms"), 2), f"{lv.completed}/{lv.failed_requests}")
+    return tab
+
+
+def print_crash(result: TrialResult) -> None:
+    c = result.crash
+    if c is None:
+        return
+    where = f"at concurrency {c.level}" if c.level is not None else f"during {c.phase}"
+    console.print(f"[bold red]crash[/]: {c.cls} ({c.signature}) {where}", highlight=False)
+    if c.exception_line:
+        console.print(f"  exception: {c.exception_line}", highlight=False, markup=False)
+    if c.exit_code is not None or c.detect_latency_s is not None:
+        console.print(f"  exit code: {c.exit_code}  detected in: {_fmt(c.detect_latency_s, 2)} s", highlight=False)
+    if c.message:
+        console.print(f"  {c.message}", highlight=False, markup=False)
+    for line in c.traceback_excerpt.splitlines()[-6:]:
+        console.print(f"  | {line}", highlight=False, markup=False, style="dim")
+
+
+def _progress_text(kind: str, data: dict[str, Any]) -> str | None:
+    if kind == "milestone":
+        return f"starting: {data['name']} (+{data['t']:.1f} s)"
+    if kind == "ready":
+        return f"ready after {data['ready_s']:.1f} s"
+    if kind == "level_start":
+        return f"{data['workload']} @ concurrency {data['concurrency']} ({data['num_prompts']} requests)"
+    if kind == "teardown":
+        return "tearing down"
+    return None
+
+
+def _json_doc(store: StudyStore, result: TrialResult) -> str:
+    from tunectl.store import _finite
+
+    d = result.to_dict()
+    if d.get("launch"):
+        d["launch"]["env"] = redact_env(d["launch"]["env"])
+    doc = {"study": store.name, "results_dir": str(store.trial_dir(result.trial)), **d}
+    return json.dumps(_finite(doc), indent=2, default=str)
+
+
+def _dry_run(prof: Profile, params: dict[str, Any], as_json: bool) -> None:
+    from tunectl.runners import server as plan_mod
+
+    run_id = plan_mod.make_run_id("dry-run", 0)
+    plan = plan_mod.build_plan(prof, params, run_id, f"{prof.host.workdir}/{run_id}")
+    plan.env = redact_env(plan.env)
+    if as_json:
+        print(json.dumps(plan.to_dict(), indent=2, default=str))
+        return
+    console.print("[bold]command line equivalent[/]")
+    print(shlex.join(plan.argv))
+    console.print("[bold]what runs[/]")
+    print(shlex.join(plan.exec_argv))
+    console.print(f"[bold]{plan.trial_dir}/config.yaml[/]")
+    print(plan_mod.config_yaml(plan), end="")
+    console.print("[bold]environment[/]")
+    for k, v in plan.env.items():
+        print(f"{k}={v}")
+    console.print(f"[bold]patches[/]: {', '.join(plan.patches) or 'none'}")
+
+
+@app.command()
+@one_line_errors
+def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
+                                                    help="levels, e.g. 64,256,512 (default: the profile's)"),
+          profile: Optional[Path] = typer.Option(None, "--profile", "-p", help="profile YAML (default: embedded)"),
+          set_: list[str] = typer.Option([], "--set", help="NAME=VALUE: a search knob or SGLang flag (no dashes)"),
+          as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+          dry_run: bool = typer.Option(False, "--dry-run", help="print the launch plan, start nothing"),
+          study: Optional[str] = typer.Option(None, "--study", "-s", help="results/<study> (default: sweep-<time>)"),
+          root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
+    """Launch one configuration and benchmark it at each concurrency level on that one launch."""
+    prof = get_profile(profile)
+    levels = parse_levels(concurrency)
+    params = parse_sets(prof, set_)
+    if dry_run:
+        _dry_run(prof, params, as_json)
+        return
+    result, store = _run(prof, params, levels, study or time.strftime("sweep-%Y%m%d-%H%M%S"), root, as_json)
+    if as_json:
+        print(_json_doc(store, result))
+    else:
+        console.print(level_table(result))
+        print_crash(result)
+        console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
+                      f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False)
+    if result.status == "infra":
+        err_console.print(f"[red]error:[/red] {result.crash.message if result.crash else 'infra fault'}",
+                          highlight=False, soft_wrap=True)
+        sys.exit(1)
+
+
+def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: str, root: Path,
+         quiet: bool) -> tuple[TrialResult, StudyStore]:
+    from tunectl.study import make_runner
+    from tunectl.trial import TrialContext, run_trial
+
+    store = StudyStore(name, root)
+    dumped = prof.model_dump(mode="json")
+    dumped["server"]["env"] = redact_env(dumped["server"].get("env", {}))
+    store.write_study({"kind": "sweep", "profile": dumped, "params": params,
+                       "levels": levels or prof.bench.levels, "started_at": time.time()})
+    n = len(store.trial_numbers())
+    runner = make_runner(prof)
+    ctx = TrialContext(prof, runner, store, levels=levels)
+    try:
+        if quiet:
+            return run_trial(ctx, n, params, "sweep"), store
+        with console.status("planning") as status:
+            def on_event(kind: str, data: dict[str, Any]) -> None:
+                text = _progress_text(kind, data)
+                if text:
+                    status.update(text)
+                if kind == "level":
+                    lv = data["level"]
+                    console.print(f"  c={lv['concurrency']:<5} {lv['status']:<8} "
+                                  f"{lv['metrics'].get('output_throughput', 0):>10,.1f} tok/s", highlight=False)
+            return run_trial(ctx, n, params, "sweep", on_event), store
+    finally:
+        runner.close()
