@@ -22,9 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tunectl.profile import WorkloadSpec  # noqa: E402
-from tunectl.runners import _bench_fakeserver as fake  # noqa: E402
-from tunectl.runners.bench import run_level  # noqa: E402
+from tunectl.runners import _bench_fakeserver as fake
+from tunectl.runners.bench import run_level
+
+from tunectl.profile import WorkloadSpec
 
 HEADER = ("concurrency", "processes", "streamed tok/s", "ITL p50 server/client ms", "ITL p99 server/client ms",
           "p99 bias % (vs server)", "p99 bias % (vs nominal)", "loop lag p99 ms", "client CPU max", "client_bound",

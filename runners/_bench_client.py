@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-
 from tunectl.runners._bench_metrics import ReqRecord
 from tunectl.runners._bench_workload import Prompt
 

@@ -40,6 +40,12 @@ def _chunk_oai(n_new: int, usage: dict[str, int] | None, rid: str) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+def _write_json(path: str, data: object) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
 BIN_S, BINS = 0.00005, 8000        # send-gap histogram: 0.05 ms bins up to 400 ms
 
 
@@ -53,9 +59,7 @@ class FakeServer:
         path = os.path.join(self.a.stats_dir, f"gaps-{os.getpid()}.json")
         while True:
             await asyncio.sleep(0.5)
-            with open(path + ".tmp", "w") as f:
-                json.dump(self.gaps, f)
-            os.replace(path + ".tmp", path)
+            await asyncio.to_thread(_write_json, path, list(self.gaps))
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -52,7 +52,7 @@ def _peaks(ok: list[ReqRecord], scale: float) -> tuple[float, int]:
     if not ok:
         return 0.0, 0
     t0 = min(r.start for r in ok)
-    n = int(math.ceil((max(r.start + r.latency for r in ok) - t0) / scale)) + 1
+    n = math.ceil((max(r.start + r.latency for r in ok) - t0) / scale) + 1
     tokens, conc = np.zeros(n), np.zeros(n)
     for r in ok:
         times = np.cumsum([r.ttft, *r.itl]) + (r.start - t0)

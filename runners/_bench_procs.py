@@ -27,7 +27,7 @@ def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt], conc: int, b
     try:
         barrier.wait(timeout=60)
         res = asyncio.run(run_share(base_url, backend, model, prompts, conc, timeout_s, stop.is_set, view))
-    except Exception as e:  # the parent must get an answer from every worker
+    except Exception as e:  # noqa: BLE001 - the parent must get an answer from every worker
         now = time.perf_counter()
         res = ShareResult(records=[], t0=now, t_end=now, errors=[f"worker {idx}: {type(e).__name__}: {e}"])
     results.put((idx, res))

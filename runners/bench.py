@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import multiprocessing as mp
 import os
 import threading
 import time
@@ -33,13 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-
-from tunectl.profile import WorkloadSpec
 from tunectl.runners._bench_client import MAX_ERRORS, ShareResult, run_share
 from tunectl.runners._bench_metrics import METRIC_KEYS, ReqRecord, compute_metrics
 from tunectl.runners._bench_workload import Prompt, make_prompts, warmup_prompts
 
-__all__ = ["LevelMetrics", "run_level", "METRIC_KEYS", "auto_processes"]
+from tunectl.profile import WorkloadSpec
+
+__all__ = ["METRIC_KEYS", "LevelMetrics", "auto_processes", "run_level"]
 
 STREAMS_PER_PROCESS = 128
 LAG_BOUND_MS = 5.0

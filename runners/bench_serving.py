@@ -25,7 +25,7 @@ from typing import Any
 
 from tunectl.profile import WorkloadSpec
 
-__all__ = ["bench_serving_argv", "parse_result_jsonl", "parse_stdout", "interpret", "BenchServingOutcome"]
+__all__ = ["BenchServingOutcome", "bench_serving_argv", "interpret", "parse_result_jsonl", "parse_stdout"]
 
 
 def _dataset_args(w: WorkloadSpec, num_prompts: int) -> list[str]:
@@ -77,7 +77,7 @@ _LABELS = {
 }
 _LAT = re.compile(r"^(Mean|Median|P\d+|Max) (E2E Latency|TTFT|TPOT|ITL) \(ms\)$")
 _LAT_NAMES = {"E2E Latency": "e2e_latency", "TTFT": "ttft", "TPOT": "tpot", "ITL": "itl"}
-_BLOCK = re.compile(r"=+ Serving Benchmark Result =+\n(.*?)\n=+\s*$", re.S | re.M)
+_BLOCK = re.compile(r"=+ Serving Benchmark Result =+\n(.*?)\n=+\s*$", re.DOTALL | re.MULTILINE)
 
 
 def _value(raw: str) -> Any:

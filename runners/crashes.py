@@ -23,10 +23,11 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from tunectl.models import CrashInfo
 from tunectl.runners._signatures import BY_ID, DEATH_MARKERS, SHUTDOWN_MARKER, SIGNATURES, Signature
 
-__all__ = ["SIGNATURES", "DEATH_MARKERS", "Signature", "classify", "LogWatcher", "MILESTONES"]
+from tunectl.models import CrashInfo
+
+__all__ = ["DEATH_MARKERS", "MILESTONES", "SIGNATURES", "LogWatcher", "Signature", "classify"]
 
 _TRACEBACK = "Traceback (most recent call last)"
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")

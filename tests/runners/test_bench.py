@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tunectl.profile import WorkloadSpec
 from tunectl.runners import _bench_fakeserver as fake
 from tunectl.runners._bench_workload import make_prompts
 from tunectl.runners.bench import METRIC_KEYS, run_level
+
+from tunectl.profile import WorkloadSpec
 
 RESULT_JSONL = Path(__file__).parent.parent / "fixtures" / "bench_serving" / "0.5.23-result.jsonl"
 

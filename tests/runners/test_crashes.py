@@ -10,9 +10,9 @@ import random
 from pathlib import Path
 
 import pytest
+from tunectl.runners.crashes import SIGNATURES, LogWatcher, classify
 
 from tunectl.models import CRASH_CLASSES
-from tunectl.runners.crashes import SIGNATURES, LogWatcher, classify
 
 LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
 
@@ -63,18 +63,18 @@ CASES = [  # (signature, text, phase, expected class)
     ("kv_pool_oom", in_traceback("RuntimeError: Prefill out of memory. Try to lower your batch size."),
      "load", "load_crash"),
     ("nccl_watchdog_timeout",
-     "[rank3]:[E416 13:29:57.332110411 ProcessGroupNCCL.cpp:2057] [PG ID 2 PG GUID 3 Rank 3] Watchdog caught "
+     ("[rank3]:[E416 13:29:57.332110411 ProcessGroupNCCL.cpp:2057] [PG ID 2 PG GUID 3 Rank 3] Watchdog caught "
      "collective operation timeout: WorkNCCL(SeqNum=12345, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
      "Timeout(ms)=600000) ran for 600021 milliseconds before timing out.\n"
-     f"{TS} Subprocess scheduler_3 (pid=2440) crashed with exit code -6. Triggering SIGQUIT for cleanup...\n",
+     f"{TS} Subprocess scheduler_3 (pid=2440) crashed with exit code -6. Triggering SIGQUIT for cleanup...\n"),
      "load", "flaky"),
     ("illegal_memory_access",
      in_traceback("RuntimeError: CUDA error: an illegal memory access was encountered",
                   "CUDA kernel errors might be asynchronously reported at some other API call.",
                   "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."), "load", "flaky"),
     ("scheduler_watchdog_timeout",
-     f"{TS} Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n"
-     f"{TS} Pyspy failed (py-spy not installed)\n", "load", "hang"),
+     (f"{TS} Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n"
+     f"{TS} Pyspy failed (py-spy not installed)\n"), "load", "hang"),
     ("scheduler_watchdog_timeout",
      f"{TS} Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n", "startup",
      "startup_timeout"),
@@ -83,11 +83,11 @@ CASES = [  # (signature, text, phase, expected class)
      "startup", "flaky"),
     ("flashinfer_autotune_failed",
      in_traceback("RuntimeError: trtllm_fp4_block_scale_moe failed with error code 700",
-                  frames=('  File "/sgl/sglang/srt/model_executor/runner/flashinfer_autotune.py", line 310, '
-                          'in _flashinfer_autotune',)), "startup", "config_error"),
+                  frames=(('  File "/sgl/sglang/srt/model_executor/runner/flashinfer_autotune.py", line 310, '
+                          'in _flashinfer_autotune'),)), "startup", "config_error"),
     ("scheduler_died_init",
-     f"{TS} Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common "
-     "cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.\n", "startup", "infra"),
+     (f"{TS} Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common "
+     "cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.\n"), "startup", "infra"),
     ("nccl_shm",
      in_traceback("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2006, unhandled "
                   "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
@@ -95,24 +95,24 @@ CASES = [  # (signature, text, phase, expected class)
                   "Last error:", "Error while creating shared memory segment /dev/shm/nccl-vzIpS6 (size 9637888)"),
      "startup", "infra"),
     ("warmup_error",
-     f"{TS} Initialization failed. warmup error: Traceback (most recent call last):\n"
+     (f"{TS} Initialization failed. warmup error: Traceback (most recent call last):\n"
      "  File \"/sgl/sglang/srt/entrypoints/http_server.py\", line 2520, in _execute_server_warmup\n"
      "    res.raise_for_status()\n"
-     "requests.exceptions.HTTPError: 403 Client Error: Forbidden for url: http://127.0.0.1:30000/generate\n",
+     "requests.exceptions.HTTPError: 403 Client Error: Forbidden for url: http://127.0.0.1:30000/generate\n"),
      "startup", "config_error"),
     ("argparse_error",
-     "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
-     "--cuda-graph-max-bs-prefill\n", "startup", "config_error"),
+     ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+     "--cuda-graph-max-bs-prefill\n"), "startup", "config_error"),
     ("port_in_use",
-     f"{TS} ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
-     "address already in use\n", "startup", "infra"),
+     (f"{TS} ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
+     "address already in use\n"), "startup", "infra"),
     ("port_in_use", f"{TS} nccl_port at 30001 is not available in 30 seconds\n", "startup", "infra"),
     ("device_side_assert", _log("server-runtime-crash.log"), "load", "load_crash"),
     ("cuda_oom_startup", _log("server-startup-oom.log"), "startup", "config_error"),
     ("custom_all_reduce",
      in_traceback("RuntimeError: CUDA error: invalid argument",
-                  frames=('  File "/sgl/sglang/srt/distributed/device_communicators/custom_all_reduce.py", '
-                          'line 301, in register_graph_buffers',)), "startup", "config_error"),
+                  frames=(('  File "/sgl/sglang/srt/distributed/device_communicators/custom_all_reduce.py", '
+                          'line 301, in register_graph_buffers'),)), "startup", "config_error"),
     ("deepep_dispatch",
      in_traceback("RuntimeError: Failed: Assertion error /sgl-workspace/DeepEP/csrc/deep_ep.cpp:1105 "
                   "'x.size(0) <= num_max_dispatch_tokens_per_rank'"), "startup", "config_error"),
