@@ -73,8 +73,8 @@ def virtual_ladder(card: dict[str, Any] | str, config: dict[str, Any], env: dict
 
 def _make_req(rid: int, kind: str, input_len: int, output_len: int, shared: int) -> Req:
     if kind == "shared_prefix":
-        keys: list[object] = [("shared", i) for i in range(min(shared, input_len) // BLOCK)]
-        return Req(rid, input_len + 0, output_len, keys)
+        keys: list[object] = [("shared", i) for i in range(shared // BLOCK)]   # like the built-in client:
+        return Req(rid, shared + input_len, output_len, keys)                 # common prefix + own tokens
     return Req(rid, input_len, output_len)
 
 

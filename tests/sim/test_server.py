@@ -1,0 +1,164 @@
+"""The stand-in as a real subprocess: HTTP endpoints, log milestones in order, crash and SIGTERM teardown.
+
+Log strings and exit behaviour follow real SGLang 0.5.17 on an H200 (tests/fixtures of the runners' crash tests)
+and SGLang 0.5.9's sources: crash -> traceback -> sigquit line -> kill_process_tree -> SIGKILL (exit 137).
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from tests.sim._server import BASELINE, Server
+
+MILESTONES = ["server_args=ServerArgs(", "Init torch distributed begin.", "Load weight begin.", "Load weight end.",
+              "KV Cache is allocated.", "Memory pool end.", "Capture cuda graph begin.", "Capture cuda graph end.",
+              "max_total_num_tokens=", "Uvicorn running on", '"POST /generate HTTP/1.1" 200',
+              "The server is fired up and ready to roll!"]
+
+
+def _events(raw: bytes) -> list[dict]:
+    lines = [ln[6:] for ln in raw.decode().splitlines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(x) for x in lines[:-1]]
+
+
+def _prompt(seed: int, n: int = 256) -> list[int]:
+    return [1000 + (seed * 7919 + i * 104729) % 29000 for i in range(n)]
+
+
+def test_log_milestones_in_order(launch) -> None:
+    srv: Server = launch("--stream-interval", "8")
+    text = srv.text()
+    positions = [text.find(m) for m in MILESTONES]
+    assert -1 not in positions and positions == sorted(positions), list(zip(MILESTONES, positions))
+    assert "[" in text.splitlines()[0] and "] server_args=" in text.splitlines()[0]
+
+
+def test_endpoints(launch) -> None:
+    srv: Server = launch("--stream-interval", "8", "--served-model-name", "glm-5", scale=0.001)
+    assert srv.get("/health")[0] == 200 and srv.get("/health_generate")[0] == 200
+    for path in ("/model_info", "/get_model_info"):
+        code, info = srv.get(path)
+        assert code == 200 and info["is_generation"] is True
+    for path in ("/server_info", "/get_server_info"):
+        code, info = srv.get(path)
+        assert code == 200 and info["sim_time_scale"] == 0.001 and "--stream-interval" in info["launch_args"]
+        assert info["version"] == "0.5.9" and info["internal_states"][0]["avg_spec_accept_length"] is None
+    assert srv.get("/v1/models")[1]["data"][0]["id"] == "glm-5"
+    events = _events(srv.post("/generate", {"input_ids": _prompt(1), "stream": True,
+                                            "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}}))
+    counts = [e["meta_info"]["completion_tokens"] for e in events]
+    assert counts == [1, 8, 16, 20]                       # first token, then every stream_interval, then the end
+    assert events[-1]["text"].startswith(events[-2]["text"]) and events[-1]["meta_info"]["prompt_tokens"] == 256
+    assert events[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    single = json.loads(srv.post("/generate", {"text": "hello there", "sampling_params": {"max_new_tokens": 5}}))
+    assert single["meta_info"]["completion_tokens"] == 5 and single["meta_info"]["e2e_latency"] > 0
+    chunks = _events(srv.post("/v1/completions", {"prompt": "hi", "max_tokens": 12, "stream": True}))
+    assert "".join(c["choices"][0]["text"] for c in chunks).count("ok") == 12
+    assert chunks[-1]["usage"]["completion_tokens"] == 12 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert srv.get("/flush_cache")[0] == 200
+
+
+def test_health_is_503_until_warmed_up(launch) -> None:
+    srv: Server = launch("--watchdog-timeout", "300", scale=0.02, wait_ready=False)
+    seen = set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and 200 not in seen:
+        try:
+            seen.add(srv.get("/health")[0])
+        except OSError:
+            seen.add("refused")
+        time.sleep(0.005)
+    assert "refused" in seen and 200 in seen
+
+
+def _runtime_crash_lines(text: str) -> None:
+    for s in ("Scheduler hit an exception: Traceback (most recent call last):",
+              "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'"):
+        assert s in text
+
+
+def _shared_prefix_burst(srv: Server, n: int) -> None:
+    """Requests sharing a 2048-token prefix: the radix cache makes one prefill batch's prefix sum >= 8192."""
+    prefix = _prompt(0, 2048)
+    body = {"input_ids": prefix + _prompt(99, 16), "sampling_params": {"max_new_tokens": 4}}
+    srv.post("/generate", body)
+    procs = [subprocess.Popen(["curl", "-s", "-m", "20", "-d",
+                               json.dumps({**body, "input_ids": prefix + _prompt(i, 16)}), srv.url + "/generate"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
+    for p in procs:
+        p.wait(30)
+
+
+def test_page_table_crash_and_teardown(launch) -> None:
+    srv: Server = launch("--max-running-requests", "256")
+    _shared_prefix_burst(srv, 8)
+    assert srv.wait_exit() == -signal.SIGKILL
+    text = srv.text()
+    _runtime_crash_lines(text)
+    tail = text[text.find("AttributeError"):]
+    assert tail.find("SIGQUIT received. signum=None, frame=None.") < tail.find("kill_process_tree called:")
+
+
+def test_page_table_crash_avoided_by_the_fix_patch(launch) -> None:
+    srv: Server = launch("--max-running-requests", "256", env={"TUNECTL_SIM_PATCHES": "0002-page-table-1-flattened"})
+    _shared_prefix_burst(srv, 8)
+    assert srv.proc.poll() is None and srv.get("/health")[0] == 200
+
+
+def test_killpg_on_scheduler_exception(launch) -> None:
+    srv: Server = launch("--max-running-requests", "256", env={"SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION": "1"})
+    _shared_prefix_burst(srv, 8)
+    assert srv.wait_exit() == -signal.SIGKILL
+    assert "Scheduler hit an exception" in srv.text() and "SIGQUIT received" not in srv.text()
+
+
+def test_startup_oom(launch) -> None:
+    srv: Server = launch("--mem-fraction-static", "0.97")
+    assert srv.wait_exit() == -signal.SIGKILL
+    text = srv.text()
+    assert "torch.OutOfMemoryError: CUDA out of memory." in text and "fired up" not in text
+    assert text.find("Scheduler hit an exception") < text.find("Received sigquit from a child process. It usually "
+                                                               "means the child failed.") < text.find("kill_process_tree")
+
+
+def test_capture_cuda_graph_failed(launch) -> None:
+    srv: Server = launch("--cuda-graph-max-bs", "512", env={"TUNECTL_SIM_PATCHES": "0001-flashinfer-cutlass-autotune"})
+    assert srv.wait_exit() == -signal.SIGKILL
+    assert "Exception: Capture cuda graph failed: CUDA out of memory." in srv.text()
+
+
+def test_hang_then_watchdog(launch) -> None:
+    srv: Server = launch("--enable-two-batch-overlap", "--watchdog-timeout", "100", "--skip-server-warmup")
+    for i in range(2):
+        subprocess.Popen(["curl", "-s", "-m", "10", "-d", json.dumps({"input_ids": _prompt(i, 32),
+                                                                 "sampling_params": {"max_new_tokens": 4000}}),
+                          srv.url + "/generate"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert srv.wait_exit() == -signal.SIGKILL
+    assert "Scheduler watchdog timeout (self.watchdog_timeout=100, self.soft=False)" in srv.text()
+
+
+def test_sigterm_and_child_in_the_same_group(launch) -> None:
+    srv: Server = launch()
+    kids = subprocess.run(["ps", "-o", "pid=,pgid=", "--ppid", str(srv.proc.pid)], capture_output=True, text=True)
+    rows = [r.split() for r in kids.stdout.splitlines()]
+    assert rows and all(int(pgid) == srv.proc.pid for _, pgid in rows)
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.wait_exit() == -signal.SIGKILL                   # like real SGLang 0.5.17: 137 after SIGTERM
+    assert "SIGTERM received" in srv.text()
+    time.sleep(0.3)
+    assert not any(_alive(int(pid)) for pid, _ in rows)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"     # a zombie waits for its reaper: gone
+    except FileNotFoundError:
+        return False
+
+
+def test_base_flags_come_from_the_profile() -> None:
+    assert "--nsa-prefill-backend" in BASELINE
