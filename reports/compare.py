@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tunectl.reports.data import best_trial, load_study, peak_level
 
 from tunectl.errors import UsageError
-from tunectl.reports.data import best_trial, load_study, peak_level
 from tunectl.store import StudyStore, list_studies
 
 RESULT_KEYS = ("output_throughput", "concurrency", "max_stable_concurrency", "p99_ttft_ms", "p99_tpot_ms",
@@ -27,7 +27,8 @@ def _norm_flags(flags: dict[str, Any]) -> dict[str, Any]:
 def trial_side(root: Path, study: str, n: int | None) -> dict[str, Any]:
     store = StudyStore(study, root)
     if not store.dir.is_dir():
-        raise UsageError(f"{study}: no such study under {root}; valid: {', '.join(list_studies(root)) or 'none'}")
+        valid = ", ".join(list_studies(root)) or "none"
+        raise UsageError(f"{study}: no such study under {root}; valid: {valid}")
     data = load_study(store)
     by_num = {t.trial: t for t in data.trials}
     t = best_trial(data) if n is None else by_num.get(n)
@@ -36,7 +37,8 @@ def trial_side(root: Path, study: str, n: int | None) -> dict[str, Any]:
         raise UsageError(f"{study}: {what}")
     launch = data.launches.get(t.trial, {})
     peak = peak_level(t)
-    results = {"output_throughput": t.best_output_throughput, "concurrency": peak.concurrency if peak else None,
+    results = {"output_throughput": t.best_output_throughput,
+               "concurrency": peak.concurrency if peak else None,
                "max_stable_concurrency": t.max_stable_concurrency,
                "p99_ttft_ms": peak.metrics.get("p99_ttft_ms") if peak else None,
                "p99_tpot_ms": peak.metrics.get("p99_tpot_ms") if peak else None,
@@ -82,7 +84,8 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[dict[str, Any]]
         return [{"key": k, "a": x.get(k), "b": y.get(k), "same": _same(x.get(k), y.get(k))} for k in names]
 
     pa, pb = set(a["patches"]), set(b["patches"])
-    patches = [{"key": p, "a": p in pa, "b": p in pb, "same": (p in pa) == (p in pb)} for p in sorted(pa | pb)]
+    patches = [{"key": p, "a": p in pa, "b": p in pb, "same": (p in pa) == (p in pb)}
+               for p in sorted(pa | pb)]
     return {"flags": rows(a["flags"], b["flags"]), "env": rows(a["env"], b["env"]), "patches": patches,
             "results": rows(a["results"], b["results"], RESULT_KEYS)}
 

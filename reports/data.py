@@ -29,7 +29,7 @@ class StudyData:
 
 
 def _merge_level_files(store: StudyStore, t: TrialResult) -> None:
-    """A running trial's trial.json may lag its levels/*.json: take the per-level files when they know more."""
+    """A running trial's trial.json may lag its levels/*.json: take the level files it does not know yet."""
     ldir = store.trial_dir(t.trial) / "levels"
     if not ldir.is_dir():
         return

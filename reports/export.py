@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-
 from tunectl.reports.data import StudyData, peak_level
 
 FORMATS = ("csv", "parquet")
@@ -50,7 +49,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
             df[col] = df[col].astype(object).where(df[col].notna(), None)   # one missing marker: None
             kinds = {type(v) for v in df[col].dropna()}
             if len(kinds) > 1:
-                df[col] = df[col].map(lambda v: None if v is None or v != v else str(v))
+                df[col] = df[col].map(lambda v: None if v is None else str(v))
     return df
 
 

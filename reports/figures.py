@@ -10,8 +10,8 @@ STATUS_COLORS = {"ok": "#2a9d8f", "crashed": "#e63946", "pruned": "#adb5bd", "in
                  "running": "#457b9d", "dry_run": "#ced4da"}
 CLASS_COLORS = {"config_error": "#9d0208", "load_crash": "#e63946", "flaky": "#f4a261", "hang": "#6a4c93",
                 "startup_timeout": "#bc6c25", "infra": "#adb5bd"}
-LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=60, r=20, t=50, b=50),
-              legend=dict(orientation="h", y=-0.2))
+LAYOUT = {"template": "plotly_white", "height": 420, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+          "legend": {"orientation": "h", "y": -0.2}}
 
 
 def _log2_axis(fig: go.Figure, **kw: Any) -> None:
@@ -23,15 +23,16 @@ def throughput_figure(tc: dict[str, Any]) -> go.Figure:
     for c in tc["curves"]:
         dash = "dot" if c["role"] == "baseline" else "solid"
         fig.add_trace(go.Scatter(x=c["concurrency"], y=c["output_throughput"], mode="lines+markers",
-                                 name=c["label"], line=dict(dash=dash)))
+                                 name=c["label"], line={"dash": dash}))
         if c["crashed_at"] and c["concurrency"]:
             fig.add_trace(go.Scatter(x=[c["crashed_at"]], y=[c["output_throughput"][-1]], mode="markers",
-                                     marker=dict(symbol="x", size=12, color="#e63946"), showlegend=False,
+                                     marker={"symbol": "x", "size": 12, "color": "#e63946"}, showlegend=False,
                                      hovertext=f"{c['label']} crashed at c={c['crashed_at']}"))
     ref = tc.get("reference")
     if ref and ref.get("output_throughput"):
+        text = f"{ref.get('label', 'reference')}: {ref['output_throughput']:,.0f} tok/s"
         fig.add_hline(y=ref["output_throughput"], line_dash="dash", line_color="#6c757d",
-                      annotation_text=f"{ref.get('label', 'reference')}: {ref['output_throughput']:,.0f} tok/s",
+                      annotation_text=text,
                       annotation_position="top left")
     fig.update_layout(title="Output throughput vs concurrency", yaxis_title="output tok/s", **LAYOUT)
     _log2_axis(fig)
@@ -58,7 +59,7 @@ def latency_figure(tc: dict[str, Any]) -> go.Figure:
                 name = f"{c['label']} {stat}"
                 fig.add_trace(go.Scatter(x=c["concurrency"], y=ys, mode="lines+markers", name=name,
                                          legendgroup=c["label"], showlegend=name not in shown,
-                                         line=dict(color=color, dash=dash)), row=1, col=col)
+                                         line={"color": color, "dash": dash}), row=1, col=col)
                 shown.add(name)
     for col, metric in ((1, "ttft"), (2, "tpot")):
         keys = (f"{stats[metric]}_{metric}_ms", f"p99_{metric}_ms")
@@ -78,11 +79,11 @@ def history_figure(rows: list[dict[str, Any]]) -> go.Figure:
         sel = [r for r in rows if r["status"] == status]
         fig.add_trace(go.Scatter(
             x=[r["trial"] for r in sel], y=[r["output_throughput"] for r in sel], mode="markers", name=status,
-            marker=dict(color=STATUS_COLORS.get(status, "#333"), size=10,
-                        symbol="x" if status == "crashed" else "circle"),
+            marker={"color": STATUS_COLORS.get(status, "#333"), "size": 10,
+                    "symbol": "x" if status == "crashed" else "circle"},
             hovertext=[f"#{r['trial']} {r['role']} {r['crash_class'] or ''} {r['params']}" for r in sel]))
     fig.add_trace(go.Scatter(x=[r["trial"] for r in rows], y=[r["running_best"] for r in rows],
-                             mode="lines", line=dict(shape="hv", color="#264653"), name="best so far"))
+                             mode="lines", line={"shape": "hv", "color": "#264653"}, name="best so far"))
     fig.update_layout(title="Optimization history (x = crashed; value = its best stable level)",
                       xaxis_title="trial", yaxis_title="best output tok/s", **LAYOUT)
     return fig
@@ -101,15 +102,16 @@ def crash_map_figure(cm: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     ok = [c for c in cells if c["ok"] and not c["crashed"]]
     fig.add_trace(go.Scatter(x=[c["level"] for c in ok], y=[f"{c['param']}={c['value']}" for c in ok],
-                             mode="markers", name="passed", marker=dict(color="#cfe8e3", size=9),
+                             mode="markers", name="passed", marker={"color": "#cfe8e3", "size": 9},
                              hovertext=[f"{c['ok']} trial(s) passed" for c in ok]))
     classes = sorted({k for c in cells for k in c["crashed"]})
     for cls in classes:
         sel = [c for c in cells if cls in c["crashed"]]
         fig.add_trace(go.Scatter(
-            x=[c["level"] for c in sel], y=[f"{c['param']}={c['value']}" for c in sel], mode="markers", name=cls,
-            marker=dict(color=CLASS_COLORS.get(cls, "#333"), symbol="x",
-                        size=[10 + 4 * c["crashed"][cls] for c in sel]),
+            x=[c["level"] for c in sel], y=[f"{c['param']}={c['value']}" for c in sel], mode="markers",
+            name=cls,
+            marker={"color": CLASS_COLORS.get(cls, "#333"), "symbol": "x",
+                    "size": [10 + 4 * c["crashed"][cls] for c in sel]},
             hovertext=[f"{c['crashed'][cls]} crash(es); {' | '.join(c['exception_lines'])}" for c in sel]))
     fig.update_layout(title="Crash map: parameter values x concurrency levels", **LAYOUT)
     fig.update_layout(height=max(420, 24 * len({f"{c['param']}={c['value']}" for c in cells}) + 150))
@@ -121,10 +123,11 @@ def pareto_figure(p: dict[str, Any]) -> go.Figure:
     pts, front = p["points"], p["front"]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[q["p99_ttft_ms"] for q in pts], y=[q["output_throughput"] for q in pts],
-                             mode="markers", name="trial x level", marker=dict(color="#adb5bd", size=7),
+                             mode="markers", name="trial x level", marker={"color": "#adb5bd", "size": 7},
                              hovertext=[f"{q['label']} c={q['concurrency']}" for q in pts]))
     fig.add_trace(go.Scatter(x=[q["p99_ttft_ms"] for q in front], y=[q["output_throughput"] for q in front],
-                             mode="lines+markers", name="Pareto front", line=dict(shape="hv", color="#e76f51"),
+                             mode="lines+markers", name="Pareto front",
+                             line={"shape": "hv", "color": "#e76f51"},
                              hovertext=[f"{q['label']} c={q['concurrency']}" for q in front]))
     fig.update_layout(title="Pareto front: throughput vs p99 TTFT", xaxis_title="p99 TTFT (ms)",
                       yaxis_title="output tok/s", **LAYOUT)

@@ -8,9 +8,16 @@ import time
 from typing import Any
 
 from plotly.offline import get_plotlyjs
-
 from tunectl.reports import figures
-from tunectl.reports.data import StudyData, best_trial, baseline_trial, history, pareto, summary, throughput_curves
+from tunectl.reports.data import (
+    StudyData,
+    baseline_trial,
+    best_trial,
+    history,
+    pareto,
+    summary,
+    throughput_curves,
+)
 from tunectl.reports.importance import importance
 from tunectl.reports.tables import crash_map, finalists, trial_rows
 
@@ -41,7 +48,8 @@ def _e(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.1f}"
     if isinstance(v, dict):
-        return "<br>".join(f"{html.escape(str(k))}={html.escape(str(x))}" for k, x in v.items()) or "(base flags)"
+        pairs = (f"{html.escape(str(k))}={html.escape(str(x))}" for k, x in v.items())
+        return "<br>".join(pairs) or "(base flags)"
     return html.escape("" if v is None else str(v))
 
 
@@ -70,7 +78,8 @@ def _summary_html(s: dict[str, Any]) -> str:
         f"<ul><li>best stable: trial <b>#{b['trial']}</b> ({_e(b['role'])}): "
         f"<b>{_e(b['output_throughput'])} output tok/s</b> at concurrency {_e(b['concurrency'])}{speed}; "
         f"stable up to {_e(b['max_stable_concurrency'])}</li><li>latencies at that level: {lat}</li>"
-        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'])}, patches: {_e(patches)}</li>{ref_txt}</ul>"
+        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'])}, patches: {_e(patches)}</li>"
+        f"{ref_txt}</ul>"
         f"<p>Launch command:</p><pre class='cmd'>{_e(b['command'])}</pre>")
     return "".join(parts)
 
@@ -99,8 +108,10 @@ def _tables_html(r: dict[str, Any]) -> str:
     crashes = r["crash_map"]["crashes"]
     fin = [{**g, "runs": " / ".join(f"#{x['trial']} {x['output_throughput']:,.0f}" for x in g["runs"])}
            for g in r["finalists"]]
-    rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>'} for t in r["trials"]]
-    diff_cols = ["flag"] + [c for c in ("best", "baseline", "reference") if any(c in d for d in r["flag_diff"])]
+    rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>'}
+            for t in r["trials"]]
+    diff_cols = ["flag"] + [c for c in ("best", "baseline", "reference")
+                            if any(c in d for d in r["flag_diff"])]
     return (
         "<section id='flags'><h2>Winner vs baseline and reference (differing flags)</h2>"
         + (_table(r["flag_diff"], diff_cols) if r["flag_diff"] else "<p>No differences recorded.</p>")
@@ -109,16 +120,19 @@ def _tables_html(r: dict[str, Any]) -> str:
            if crashes else "<p>No crashes.</p>")
         + "</section><section id='finalists'><h2>Finalists and reruns</h2>"
         + (_table(fin, ["params", "search_trial", "runs", "ok_runs", "mean_output_throughput",
-                        "min_output_throughput", "max_output_throughput"]) if fin else "<p>No finalists yet.</p>")
+                        "min_output_throughput", "max_output_throughput"])
+           if fin else "<p>No finalists yet.</p>")
         + "</section><section id='all-trials'><h2>All trials</h2>"
         + _table(rows, ["trial", "role", "status", "params", "output_throughput", "peak_concurrency",
-                        "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"], "trials")
+                        "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"],
+                 "trials")
         + "</section>")
 
 
 CSS = ("body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222}"
-       "h1{font-size:1.6em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}"
-       "table{border-collapse:collapse;font-size:.85em;width:100%}td,th{border:1px solid #e3e3e3;padding:3px 6px;"
+       "h1{font-size:1.6em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:4px;"
+       "margin-top:28px}table{border-collapse:collapse;font-size:.85em;width:100%}"
+       "td,th{border:1px solid #e3e3e3;padding:3px 6px;"
        "text-align:left;vertical-align:top}th{background:#f6f6f6}pre.cmd{background:#f6f6f6;padding:8px;"
        "white-space:pre-wrap;word-break:break-all}section{margin-bottom:12px}")
 

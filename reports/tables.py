@@ -4,8 +4,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tunectl.models import TrialResult
 from tunectl.reports.data import StudyData, peak_level
+
+from tunectl.models import TrialResult
 
 
 def _fmt(v: Any) -> str:
@@ -53,8 +54,8 @@ def finalists(trials: list[TrialResult]) -> list[dict[str, Any]]:
                           "max_stable_concurrency": t.max_stable_concurrency})
     out = []
     for key, g in groups.items():
-        origin = next((t.trial for t in trials if t.role == "search" and repr(sorted(t.params.items())) == key),
-                      None)
+        origin = next((t.trial for t in trials
+                       if t.role == "search" and repr(sorted(t.params.items())) == key), None)
         tps = [r["output_throughput"] for r in g["runs"] if r["status"] == "ok"]
         out.append({**g, "search_trial": origin, "ok_runs": len(tps),
                     "mean_output_throughput": statistics.fmean(tps) if tps else 0.0,

@@ -1,6 +1,6 @@
 """A small DevTools-protocol client for the report check: headless Debian chromium, network off, a fresh
-profile; loads a file:// page and returns console errors, exceptions, requests that tried to leave the machine,
-each plot div's state, and a full-page screenshot."""
+profile; loads a file:// page and returns console errors, exceptions, requests that tried to leave the
+machine, each plot div's state, and a full-page screenshot."""
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +26,8 @@ LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:", "chrome:", "devtools:")
 PLOTS_JS = """JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => {
   const r = d.getBoundingClientRect();
   return {id: d.id, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height,
-          svg: d.querySelector('svg.main-svg') !== null, points: d.querySelectorAll('.point, .bars path').length,
+          svg: d.querySelector('svg.main-svg') !== null,
+          points: d.querySelectorAll('.point, .bars path').length,
           lines: d.querySelectorAll('.scatterlayer .js-line').length};
 }))"""
 
@@ -35,7 +36,8 @@ class Session:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse):
         self.ws, self.next_id, self.events = ws, 0, []
 
-    async def call(self, method: str, params: dict[str, Any] | None = None, timeout: float = 30) -> dict[str, Any]:
+    async def call(self, method: str, params: dict[str, Any] | None = None,
+                   timeout: float = 30) -> dict[str, Any]:
         self.next_id += 1
         my = self.next_id
         await self.ws.send_json({"id": my, "method": method, "params": params or {}})
@@ -100,7 +102,8 @@ async def _inspect(port: int, url: str, shot: Path, wait_s: float) -> dict[str, 
             plots = await _wait_plots(s, wait_s)
             await s.pump(0.5)
             size = json.loads(await s.evaluate(
-                "JSON.stringify([document.documentElement.scrollWidth, document.documentElement.scrollHeight])"))
+                "JSON.stringify([document.documentElement.scrollWidth,"
+                " document.documentElement.scrollHeight])"))
             img = await s.call("Page.captureScreenshot", {
                 "format": "png", "captureBeyondViewport": True,
                 "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1}}, timeout=60)

@@ -1,6 +1,7 @@
 """Builds realistic result folders through StudyStore, the way the trial engine and the search write them:
 a baseline, search trials (completed, crashed under load with the seeds' page_table_1_flattened exception,
-a startup OOM, pruned), finalist reruns, best.json, and an Optuna study.db; plus a sweep and a running study."""
+a startup OOM, pruned), finalist reruns, best.json, and an Optuna study.db; plus a sweep and a running
+study."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,7 +71,8 @@ def argv_for(config: dict[str, Any]) -> list[str]:
 def make_trial(n: int, role: str, status: str, params: dict[str, Any], cap: float, crash_at: int | None,
                cls: str | None, attempt: int = 1) -> TrialResult:
     config = config_for(params)
-    plan = LaunchPlan(argv=argv_for(config), config=config, env={"SGLANG_API_KEY": "s3cret", "NCCL_DEBUG": "WARN"},
+    env = {"SGLANG_API_KEY": "s3cret", "NCCL_DEBUG": "WARN"}
+    plan = LaunchPlan(argv=argv_for(config), config=config, env=env,
                       patches=["flashinfer-cutlass-autotune"] if "flashinfer_cutlass" in str(params) else [],
                       run_id=f"run-{n}", params=params)
     t = TrialResult(trial=n, status=status, params=params, launch=plan, role=role, attempt=attempt,
@@ -79,7 +81,8 @@ def make_trial(n: int, role: str, status: str, params: dict[str, Any], cap: floa
                     patch_hashes={p: PATCH_HASH for p in plan.patches})
     if cls == "config_error":
         t.crash = CrashInfo(cls=cls, signature="cuda_oom_startup", phase="startup", exit_code=137,
-                            exception_line="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+                            exception_line="torch.OutOfMemoryError: CUDA out of memory. "
+                                           "Tried to allocate 2.00 GiB")
         return t
     stop = 3 if status == "pruned" else len(LEVELS)
     for c in LEVELS[:stop]:
@@ -102,7 +105,8 @@ def write_trial(store: StudyStore, t: TrialResult, level_files: bool = True) -> 
             store.write_level(t.trial, lv)
     log = "[2026-12-02 16:09:24] server_args=ServerArgs(api_key='s3cret', ...)\n"
     if t.crash is not None:
-        log += f"[2026-12-02 16:12:01] Scheduler hit an exception: Traceback (most recent call last):\n{t.crash.exception_line}\n"
+        log += ("[2026-12-02 16:12:01] Scheduler hit an exception: Traceback (most recent call last):\n"
+                f"{t.crash.exception_line}\n")
     store.write_log(t.trial, log)
     store.write_trial(t)
 
@@ -127,9 +131,11 @@ def write_best(store: StudyStore) -> None:
     """best.json as tunectl.study.SearchOutcome.to_dict() writes it: the winner nested under "best"."""
     best = store.read_trial(BEST_TRIAL)
     assert best.launch is not None
-    reruns = [t.best_output_throughput for t in store.trials() if t.role == "finalist" and t.params == best.params]
+    reruns = [t.best_output_throughput for t in store.trials()
+              if t.role == "finalist" and t.params == best.params]
     store.write_best({"study": store.name, "trials": 7, "crashed": 2, "pruned": 1,
-                      "best": {"trial": BEST_TRIAL, "params": best.params, "value": best.best_output_throughput,
+                      "best": {"trial": BEST_TRIAL, "params": best.params,
+                               "value": best.best_output_throughput,
                                "confirmed_value": sum(reruns) / len(reruns), "metric": "output_throughput",
                                "argv": best.launch.argv, "config": best.launch.config, "env": best.launch.env,
                                "patches": best.launch.patches},
@@ -143,12 +149,14 @@ def write_optuna_db(store: StudyStore) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     dists = {"disable-cuda-graph": CategoricalDistribution([False, True]),
              "max-running-requests": IntDistribution(64, 2048, log=True),
-             "moe-runner-backend": CategoricalDistribution(["flashinfer_trtllm", "flashinfer_cutlass", "triton"])}
+             "moe-runner-backend": CategoricalDistribution(
+                 ["flashinfer_trtllm", "flashinfer_cutlass", "triton"])}
     study = optuna.create_study(study_name=store.name, storage=f"sqlite:///{store.dir / 'study.db'}",
                                 direction="maximize")
     for t in store.trials():
         if t.role == "search":
-            state = optuna.trial.TrialState.PRUNED if t.status == "pruned" else optuna.trial.TrialState.COMPLETE
+            states = optuna.trial.TrialState
+            state = states.PRUNED if t.status == "pruned" else states.COMPLETE
             value = t.best_output_throughput if state == optuna.trial.TrialState.COMPLETE else None
             study.add_trial(optuna.trial.create_trial(params=t.params, distributions=dists, value=value,
                                                       state=state))

@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tests.reports.cdp import CHROMIUM, inspect_page
 from tunectl.reports.data import load_study
 from tunectl.reports.render import compute, render
+
+from tests.reports.cdp import CHROMIUM, inspect_page
 from tunectl.store import StudyStore
 
 pytestmark = [pytest.mark.chromium, pytest.mark.slow,
@@ -58,7 +58,8 @@ def test_report_renders_offline_without_errors(results_root, tmp_path, study):
 def test_the_check_sees_errors_and_requests_that_try_to_leave(tmp_path):
     """Negative control: a CDN script, a thrown error and a console.error are all caught."""
     page = tmp_path / "bad.html"
-    page.write_text("<!DOCTYPE html><html><head><script src='https://cdn.plot.ly/plotly-2.35.2.min.js'></script>"
+    page.write_text("<!DOCTYPE html><html><head>"
+                    "<script src='https://cdn.plot.ly/plotly-2.35.2.min.js'></script>"
                     "</head><body><div class='js-plotly-plot' id='fig-x'></div>"
                     "<script>console.error('boom'); Plotly.newPlot('fig-x', [])</script></body></html>")
     got = inspect_page(page, tmp_path / "chromium-profile", tmp_path / "bad.png", wait_s=2)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tunectl.reports.data import load_study
+from tunectl.reports.export import frames
 from typer.testing import CliRunner
 
 from tunectl.cli import app
 from tunectl.profile import load_profile
-from tunectl.reports.data import load_study
-from tunectl.reports.export import frames
 from tunectl.store import StudyStore, read_json
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The report's data for fixture studies written through StudyStore (completed, crashed, pruned, finalists)."""
+"""The report's data for fixture studies written through StudyStore: completed, crashed, pruned, finalists."""
 from __future__ import annotations
 
 import shutil
@@ -7,12 +7,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
-from tests.reports.fixtures import BEST_TRIAL, PAGE_TABLE_LINE, build_search_study
 from tunectl.reports.data import best_trial, history, load_study, pareto, summary, throughput_curves
 from tunectl.reports.importance import importance
 from tunectl.reports.render import compute, render
 from tunectl.reports.tables import crash_map, finalists, trial_rows
+
+from tests.reports.fixtures import BEST_TRIAL, PAGE_TABLE_LINE, build_search_study
 from tunectl.store import StudyStore, read_json
 
 
@@ -37,7 +37,8 @@ def test_summary_names_best_json_winner_with_its_peak_and_command(data, results_
     assert s["argv"] == read_json(store.trial_dir(BEST_TRIAL) / "launch.json")["argv"]
     assert s["sglang_version"] == "0.5.9" and s["host"] == "gpu-box-1"
     assert s["patch_hashes"] and all(len(h) == 64 for h in s["patch_hashes"].values())
-    reruns = [t.best_output_throughput for t in data.trials if t.role == "finalist" and t.params == s["params"]]
+    reruns = [t.best_output_throughput for t in data.trials
+              if t.role == "finalist" and t.params == s["params"]]
     assert len(reruns) == 2 and s["confirmed_value"] == pytest.approx(statistics.fmean(reruns))
     base = summary(data)["baseline"]
     assert s["speedup_vs_baseline"] == pytest.approx(s["output_throughput"] / base["output_throughput"])
@@ -55,7 +56,8 @@ def test_without_best_json_the_winner_is_the_best_trial_that_finished_ok(tmp_pat
     d = load_study(store)
     winner = best_trial(d)
     assert winner is not None and winner.status == "ok"
-    assert winner.best_output_throughput == max(t.best_output_throughput for t in d.trials if t.status == "ok")
+    ok = [t.best_output_throughput for t in d.trials if t.status == "ok"]
+    assert winner.best_output_throughput == max(ok)
     crashed = [t for t in d.trials if t.status == "crashed"]
     assert crashed  # a crashed trial's stable levels never make it the winner
 
@@ -95,7 +97,8 @@ def test_crash_map_places_the_exception_at_its_level_and_values(data):
                                                         ("disable-cuda-graph", "true")}
     assert all(PAGE_TABLE_LINE in c["exception_lines"] for c in hits)
     startup = [c for c in cm["crashes"] if c["phase"] == "startup"]
-    assert startup and startup[0]["class"] == "config_error" and "OutOfMemoryError" in startup[0]["exception_line"]
+    assert startup and startup[0]["class"] == "config_error"
+    assert "OutOfMemoryError" in startup[0]["exception_line"]
     passed_256 = [c for c in cm["cells"] if c["level"] == 256 and c["value"] == "flashinfer_cutlass"]
     assert passed_256 and passed_256[0]["ok"] >= 2 and not passed_256[0]["crashed"]
 
@@ -105,7 +108,8 @@ def test_pareto_front_is_exactly_the_non_dominated_points(data):
 
     def dominated(q):
         return any(o["output_throughput"] >= q["output_throughput"] and o["p99_ttft_ms"] <= q["p99_ttft_ms"]
-                   and (o["output_throughput"], o["p99_ttft_ms"]) != (q["output_throughput"], q["p99_ttft_ms"])
+                   and (o["output_throughput"], o["p99_ttft_ms"])
+                   != (q["output_throughput"], q["p99_ttft_ms"])
                    for o in p["points"])
 
     assert p["front"] and all(not dominated(q) for q in p["front"])
@@ -122,7 +126,8 @@ def test_finalists_group_reruns_with_their_search_trial(data):
     top = fin[0]
     runs = [t for t in data.trials if t.role == "finalist" and t.params == top["params"]]
     assert [r["trial"] for r in top["runs"]] == [t.trial for t in runs]
-    assert top["mean_output_throughput"] == pytest.approx(statistics.fmean(t.best_output_throughput for t in runs))
+    want = statistics.fmean(t.best_output_throughput for t in runs)
+    assert top["mean_output_throughput"] == pytest.approx(want)
     origin = next(t for t in data.trials if t.trial == top["search_trial"])
     assert origin.role == "search" and origin.params == top["params"]
 

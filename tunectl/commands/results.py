@@ -1,4 +1,4 @@
-"""Commands around results: report, trials, best, diff, export. They read results/; they never run anything."""
+"""Commands around results: report, trials, best, diff, export. They read results/ and never run anything."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import os
 import shlex
 import webbrowser
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -17,9 +17,16 @@ from tunectl.commands._common import console, one_line_errors
 from tunectl.errors import UsageError
 from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, list_studies
 
-StudyOpt = typer.Option(None, "--study", "-s", help="study name under results/ (default: the most recent)")
-RootOpt = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)
 REFERENCE_PROFILE = Path("profiles/k2-thinking-reference.yaml")
+StudyOpt = Annotated[str | None, typer.Option(
+    "--study", "-s", help="study name under results/ (default: the most recent)")]
+RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="command | yaml | json")]
+OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="where to write")]
+RefOpt = Annotated[Path | None, typer.Option(
+    "--reference", help="a profile with a reference: block (default: the study's own, "
+                        f"else {REFERENCE_PROFILE})")]
+OpenOpt = Annotated[bool, typer.Option("--open", help="open the report in a browser")]
 
 
 def _store(study: str | None, root: Path) -> StudyStore:
@@ -29,7 +36,8 @@ def _store(study: str | None, root: Path) -> StudyStore:
             raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
         return StudyStore(names[-1], root)
     if study not in names:
-        raise UsageError(f"--study: {study!r}: no such study under {root}; valid: {', '.join(names) or 'none'}")
+        valid = ", ".join(names) or "none"
+        raise UsageError(f"--study: {study!r}: no such study under {root}; valid: {valid}")
     return StudyStore(study, root)
 
 
@@ -44,11 +52,8 @@ def _reference(path: Path | None) -> dict[str, Any] | None:
 
 @app.command()
 @one_line_errors
-def report(study: Optional[str] = StudyOpt, out: Optional[Path] = typer.Option(None, "--out", "-o"),
-           reference: Optional[Path] = typer.Option(None, "--reference", help="a profile with a reference: block "
-                                                    "(default: the study's own, else " f"{REFERENCE_PROFILE})"),
-           open_: bool = typer.Option(False, "--open", help="open the report in a browser"),
-           root: Path = RootOpt) -> None:
+def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None, open_: OpenOpt = False,
+           root: RootOpt = DEFAULT_ROOT) -> None:
     """Write one self-contained HTML report (works offline)."""
     from tunectl.reports.data import load_study
     from tunectl.reports.render import compute, render
@@ -69,7 +74,7 @@ def report(study: Optional[str] = StudyOpt, out: Optional[Path] = typer.Option(N
 
 @app.command()
 @one_line_errors
-def trials(study: Optional[str] = StudyOpt, root: Path = RootOpt) -> None:
+def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     """Table of all trials of a study."""
     from tunectl.reports.data import load_study
     from tunectl.reports.tables import trial_rows
@@ -92,9 +97,7 @@ def trials(study: Optional[str] = StudyOpt, root: Path = RootOpt) -> None:
 
 @app.command()
 @one_line_errors
-def best(study: Optional[str] = StudyOpt,
-         format: str = typer.Option("command", "--format", "-f", help="command | yaml | json"),
-         root: Path = RootOpt) -> None:
+def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = DEFAULT_ROOT) -> None:
     """The best stable config: its exact launch command, SGLang --config YAML, or JSON."""
     from tunectl.reports.data import best_trial, launch_argv, load_study, summary
 
@@ -123,9 +126,10 @@ def best(study: Optional[str] = StudyOpt,
 
 @app.command()
 @one_line_errors
-def diff(a: str = typer.Argument(..., help="study:trial, a study (its best), or a profile .yaml"),
-         b: str = typer.Argument(..., help="the same kinds as A"),
-         all_: bool = typer.Option(False, "--all", help="show equal flags too"), root: Path = RootOpt) -> None:
+def diff(a: Annotated[str, typer.Argument(help="study:trial, a study (its best), or a profile .yaml")],
+         b: Annotated[str, typer.Argument(help="the same kinds as A")],
+         all_: Annotated[bool, typer.Option("--all", help="show equal flags too")] = False,
+         root: RootOpt = DEFAULT_ROOT) -> None:
     """Flags and results of two configurations side by side."""
     from tunectl.reports.compare import diff as compute_diff
     from tunectl.reports.compare import resolve_side
@@ -155,8 +159,10 @@ def _cell(v: Any) -> str:
 
 @app.command()
 @one_line_errors
-def export(study: Optional[str] = StudyOpt, format: str = typer.Option("csv", "--format", "-f"),
-           out: Path = typer.Option(Path("."), "--out", "-o", help="output folder"), root: Path = RootOpt) -> None:
+def export(study: StudyOpt = None,
+           format: Annotated[str, typer.Option("--format", "-f", help="csv | parquet")] = "csv",
+           out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("."),
+           root: RootOpt = DEFAULT_ROOT) -> None:
     """Tidy tables (trials, levels, crashes) as CSV or Parquet."""
     from tunectl.reports import export as exp
     from tunectl.reports.data import load_study
