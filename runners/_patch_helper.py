@@ -143,6 +143,17 @@ def verify(pdir, state, want):
     state["files"] = {rel: sha256(os.path.join(pdir, rel)) for p in want for rel in p["touches"]}
 
 
+def dry_run(pdir, state, want):
+    for patch in want:
+        if patch["id"] not in state["applied"]:
+            rc, out = run_patch(pdir, patch["path"], "--forward", "--dry-run")
+            if rc != 0 and state["applied"]:
+                continue          # another set is applied; ensure() reverts to pristine first
+            if rc != 0:
+                raise Fail("dry-run", "patch %s does not apply to sglang %s: %s" % (patch["id"], state["version"], out))
+    return {"changed": False, "reverted": [], "files": state["files"], "applied": state["applied"]}
+
+
 def ensure(arg):
     pdir, want = arg["dir"], arg["want"]
     sdir = os.path.join(pdir, STATE_DIR)
@@ -151,6 +162,8 @@ def ensure(arg):
         state = load_state(sdir, arg["version"])
         check_untouched(pdir, state)
         ids = [p["id"] for p in want]
+        if arg.get("dry_run"):
+            return dry_run(pdir, state, want)
         wanted_sha = {p["id"]: p["sha256"] for p in want}
         if state["applied"] == ids and state.get("patch_sha") == wanted_sha:
             return {"changed": False, "reverted": [], "files": state["files"], "applied": ids}

@@ -96,8 +96,15 @@ class Patcher:
             self._located = self._call("locate", {}, timeout=60)
         return self._located
 
+    def canonical(self, pid: str) -> str:
+        """A manifest id; the number prefix may be left out (`flashinfer-cutlass-autotune`)."""
+        if pid in self.manifest:
+            return pid
+        return next((i for i in self.manifest if i.split("-", 1)[-1] == pid), pid)
+
     def check(self, ids: list[str]) -> list[PatchSpec]:
         """The specs for ids, in manifest order; refuse unknown ids and wrong SGLang versions."""
+        ids = [self.canonical(i) for i in ids]
         unknown = [i for i in ids if i not in self.manifest]
         if unknown:
             raise PatchError(f"unknown patch {unknown[0]!r}; bundled: {', '.join(self.manifest)}", kind="unknown")
@@ -109,6 +116,15 @@ class Patcher:
                                  f"{self.runner.name} has sglang {version} ({self.locate()['dir']}); remove it "
                                  "from the profile or install a matching SGLang", kind="version")
         return specs
+
+    def dry_run(self, ids: list[str]) -> None:
+        """Version check plus `patch --dry-run` on the host; changes nothing."""
+        specs = self.check(ids)
+        if specs:
+            loc = self.locate()
+            self._call("ensure", {"dir": loc["dir"], "version": loc["version"], "dry_run": True,
+                                  "want": [self._upload(s) for s in specs], "lock_timeout": self.lock_timeout},
+                       timeout=self.lock_timeout + 180)
 
     def ensure(self, ids: list[str]) -> dict[str, str]:
         specs = self.check(ids)

@@ -20,7 +20,7 @@ from tunectl.runners.patches import Patcher, PatchError, load_manifest, patch_by
 CACHE = Path(REPO_ROOT) / ".cache" / "sglang-src"
 MR = "srt/model_executor/model_runner.py"
 MHA = "srt/models/deepseek_common/attention_forward_methods/forward_mha.py"
-CUTLASS, PT1 = "flashinfer-cutlass-autotune", "page-table-1-flattened"
+CUTLASS, PT1 = "0001-flashinfer-cutlass-autotune", "0002-page-table-1-flattened"
 
 
 def sglang_source(version: str = "0.5.9") -> Path:
@@ -168,7 +168,7 @@ def test_two_workers_never_interleave(install, tmp_path):
 
 
 def test_unknown_patch_and_altered_bundle(patcher, tmp_path):
-    with pytest.raises(PatchError, match="unknown patch 'nope'; bundled: flashinfer-cutlass-autotune"):
+    with pytest.raises(PatchError, match="unknown patch 'nope'; bundled: 0001-flashinfer-cutlass-autotune"):
         patcher.ensure(["nope"])
     root = tmp_path / "bundle"
     shutil.copytree(patches_root(), root)

@@ -1,0 +1,159 @@
+"""`run_checks(profile, runner)`: is this host ready for a study? Data only (the CLI renders the table).
+
+Each Check says pass/fail, what was seen, and for a failure how to fix it. Called by `tunectl check` and before
+every study, so a renamed flag or a dirty GPU stops the study before trial 1, not at trial 17.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tunectl.errors import HostKeyError, InfraError, TunectlError
+from tunectl.profile import Profile
+from tunectl.runners import flagcheck, hostcheck
+from tunectl.runners.patches import Patcher, PatchError
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+class ChecksFailed(TunectlError):
+    def __init__(self, checks: list[Check]):
+        self.checks = [c for c in checks if not c.ok]
+        super().__init__("host checks failed: " + "; ".join(f"{c.name}: {c.detail}" for c in self.checks))
+
+
+def patch_ids(prof: Profile) -> list[str]:
+    return list(dict.fromkeys(prof.server.patches + [s.patch for s in prof.search.space.values() if s.patch]))
+
+
+class _Ctx:
+    def __init__(self, prof: Profile, runner: Any):
+        self.prof, self.runner = prof, runner
+        self.version = prof.server.sglang_version
+        self.patcher = Patcher(runner, prof.server.python, prof.host.workdir, lock_timeout=30)
+
+
+def _host(c: _Ctx) -> Check:
+    patience = getattr(c.runner, "reconnect_s", None)
+    try:
+        if patience is not None:          # an unreachable host should fail the check fast, not after a minute
+            c.runner.reconnect_s = min(patience, 2 * c.prof.host.connect_timeout_s)
+        res = c.runner.run(["true"], timeout=c.prof.host.connect_timeout_s + 10)
+    except HostKeyError as e:
+        return Check("host", False, str(e), f"tunectl hosts trust {c.prof.host.address}")
+    except InfraError as e:
+        return Check("host", False, str(e), "check host.address, the network and ~/.ssh/config (ProxyJump)")
+    except TunectlError as e:
+        return Check("host", False, str(e), "ssh-add your key, or set host.identity_file")
+    finally:
+        if patience is not None:
+            c.runner.reconnect_s = patience
+    return Check("host", res.ok, f"{c.runner.name} reachable" + ("" if c.prof.host.kind == "local" else
+                                                                  ", host key trusted"), "")
+
+
+def _python(c: _Ctx) -> Check:
+    res = c.runner.run([c.prof.server.python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                       timeout=60)
+    if not res.ok:
+        return Check("python", False, f"{c.prof.server.python!r} does not run: {res.tail or res.exit_code}",
+                     "set server.python to the interpreter that has SGLang installed")
+    return Check("python", True, f"{c.prof.server.python} is Python {res.stdout.strip()}")
+
+
+def _sglang(c: _Ctx) -> Check:
+    if c.prof.server.engine == "sim":
+        res = c.runner.run([c.prof.server.python, "-c", "import tunectl.sim.launch_server"], timeout=60)
+        return Check("sglang", res.ok, "the stand-in tunectl.sim" + ("" if res.ok else f": {res.tail}"),
+                     "" if res.ok else "pip install tunectl on the host")
+    try:
+        loc = c.patcher.locate()
+    except PatchError as e:
+        return Check("sglang", False, str(e), f"install sglang=={c.version} for {c.prof.server.python}")
+    if loc["version"] != c.version:
+        return Check("sglang", False, f"profile says {c.version}, host has sglang {loc['version']} ({loc['dir']})",
+                     f"set server.sglang_version: \"{loc['version']}\" or install sglang=={c.version}")
+    return Check("sglang", True, f"sglang {loc['version']} at {loc['dir']}")
+
+
+def _gpus(c: _Ctx) -> list[Check]:
+    host, sim = c.prof.host, c.prof.server.engine == "sim"
+    try:
+        gpus, apps = hostcheck.query(c.runner)
+    except hostcheck.NvidiaSmiError as e:
+        return [Check("gpus", sim, ("not needed by the stand-in; " if sim else "") + str(e),
+                      "" if sim else "install the NVIDIA driver on the host, or run on a GPU host")]
+    seen = ", ".join(f"{g.index}: {g.used_mib}/{g.total_mib} MiB" for g in gpus) or "none"
+    problems = hostcheck.gpu_problems(gpus, apps, host.gpus, host.gpu_clean_mib)
+    return [Check("gpus", bool(gpus) or sim, f"{len(gpus)} GPU(s): {seen}", "" if gpus else "no GPU visible"),
+            Check("gpu memory", not problems, "; ".join(problems) or f"target GPUs under {host.gpu_clean_mib} MiB",
+                  "stop those processes by their process group or wait; tunectl never kills what it did not start"
+                  if problems else "")]
+
+
+def _ports(c: _Ctx) -> Check:
+    problems = hostcheck.port_problems(c.runner, [c.prof.server.port])
+    return Check("port", not problems, "; ".join(problems) or f"port {c.prof.server.port} free",
+                 "stop that server or set server.port" if problems else "")
+
+
+def _disk(c: _Ctx) -> Check:
+    gb, need = hostcheck.free_disk_gb(c.runner, c.prof.host.workdir), c.prof.host.min_free_disk_gb
+    return Check("disk", gb >= need, f"{gb:.1f} GB free at {c.prof.host.workdir} (need {need:g})",
+                 "" if gb >= need else "free space or set host.workdir elsewhere")
+
+
+def _leftovers(c: _Ctx) -> Check:
+    found = hostcheck.leftovers(c.runner, python=c.prof.server.python)
+    return Check("leftovers", not found, "; ".join(found[:5]) or "no tunectl processes running",
+                 "stop them by process group: kill -TERM -- -PGID (they carry TUNECTL_RUN_ID)" if found else "")
+
+
+def _flags(c: _Ctx) -> Check:
+    problems = flagcheck.check_flags(c.runner, c.prof, c.version)
+    n = len(flagcheck.used_flags(c.prof))
+    return Check("flags", not problems, "; ".join(problems) or f"{n} flags valid in the host's --help",
+                 "rename the flag or fix the value as shown (from the host's own --help)" if problems else "")
+
+
+def _patches(c: _Ctx) -> Check:
+    ids = patch_ids(c.prof)
+    if c.prof.server.engine == "sim":
+        unknown = [i for i in ids if c.patcher.canonical(i) not in c.patcher.manifest]
+        return Check("patches", not unknown, f"unknown patch {unknown[0]!r}" if unknown else
+                     f"{len(ids)} patch(es) known; the stand-in applies them by env",
+                     f"bundled: {', '.join(c.patcher.manifest)}" if unknown else "")
+    c.patcher.dry_run(ids)
+    return Check("patches", True, f"{len(ids)} patch(es) apply to sglang {c.version}" if ids else "none used")
+
+
+STEPS: list[Callable[[_Ctx], Check | list[Check]]] = [_python, _sglang, _gpus, _ports, _disk, _leftovers, _flags,
+                                                     _patches]
+
+
+def run_checks(prof: Profile, runner: Any) -> list[Check]:
+    c = _Ctx(prof, runner)
+    out = [_host(c)]
+    if not out[0].ok:
+        return out
+    for step in STEPS:
+        name = step.__name__.strip("_")
+        try:
+            got = step(c)
+        except TunectlError as e:
+            got = Check(name, False, str(e), "see the message")
+        out += got if isinstance(got, list) else [got]
+    return out
+
+
+def require_checks(prof: Profile, runner: Any) -> list[Check]:
+    checks = run_checks(prof, runner)
+    if not all(c.ok for c in checks):
+        raise ChecksFailed(checks)
+    return checks

@@ -1,0 +1,85 @@
+"""Every flag a profile uses must exist in the host's own `launch_server --help` with valid choices.
+
+The help text is read from the host (its SGLang, or the stand-in), cached per host, python and version under
+~/.cache/tunectl/help, and parsed with tunectl.flags. A 40-trial study must not find a renamed flag at trial 17.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from tunectl.errors import RunnerError
+from tunectl.flags import FlagSpec, did_you_mean, parse_help
+from tunectl.profile import Profile
+from tunectl.runners._base import Runner
+
+
+def cache_dir() -> Path:
+    return Path(os.path.expanduser("~/.cache/tunectl/help"))
+
+
+def entrypoint(prof: Profile) -> str:
+    return "tunectl.sim.launch_server" if prof.server.engine == "sim" else "sglang.launch_server"
+
+
+def help_text(runner: Runner, prof: Profile, version: str, refresh: bool = False) -> str:
+    argv = [prof.server.python, "-m", entrypoint(prof), "--help"]
+    key = hashlib.sha256("\0".join([runner.name, *argv, version]).encode()).hexdigest()[:24]
+    path = cache_dir() / f"{key}.txt"
+    if path.is_file() and not refresh:
+        return path.read_text()
+    res = runner.run(argv, timeout=300)
+    if not res.ok or "--" not in res.stdout:
+        raise RunnerError(f"{runner.name}: `{' '.join(argv)}` failed", argv, res.exit_code, res.tail)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(res.stdout)
+    tmp.replace(path)
+    return res.stdout
+
+
+def used_flags(prof: Profile) -> list[tuple[str, str, Any]]:
+    """(profile field, SGLang flag name, values to check) for base flags and flag knobs of the search space."""
+    out: list[tuple[str, str, Any]] = [(f"server.flags.{k}", k, [v]) for k, v in prof.server.flags.items()]
+    for name, spec in prof.search.space.items():
+        if spec.patch is None and spec.env is None:
+            values = spec.choices if spec.type == "categorical" else [True] if spec.type == "bool" else []
+            out.append((f"search.space.{name}", spec.flag or name, values))
+    return out
+
+
+def _value_problem(flag: FlagSpec, values: list[Any]) -> str | None:
+    if not flag.takes_value:
+        bad = [v for v in values if not isinstance(v, bool)]
+        return f"--{flag.name} is a switch (true/false), got {bad[0]!r}" if bad else None
+    if flag.choices:
+        bad = [v for v in values if not isinstance(v, bool) and str(v) not in flag.choices]
+        if bad:
+            return f"{bad[0]!r} is not a valid choice for --{flag.name}; valid: {', '.join(flag.choices)}"
+    return None
+
+
+def problems(prof: Profile, flags: dict[str, FlagSpec], where: str) -> list[str]:
+    """One line per bad flag or value: file, field, value, what is valid."""
+    out = []
+    index = {a[2:]: f for f in flags.values() for a in [f"--{f.name}", *f.aliases] if a.startswith("--")}
+    for field, raw, values in used_flags(prof):
+        name = raw.lstrip("-").replace("_", "-")
+        flag = index.get(name)
+        if flag is None:
+            hint = did_you_mean(name, index)
+            out.append(f"{prof.source}: {field}: --{name} is not a flag of {where}"
+                       + (f"; did you mean --{hint}?" if hint else ""))
+            continue
+        why = _value_problem(flag, values)
+        if why:
+            out.append(f"{prof.source}: {field}: {why}")
+    return out
+
+
+def check_flags(runner: Runner, prof: Profile, version: str) -> list[str]:
+    flags = parse_help(help_text(runner, prof, version))
+    where = f"{entrypoint(prof)} {version} on {runner.name}"
+    return problems(prof, flags, where)

@@ -1,0 +1,164 @@
+"""Host hygiene: nvidia-smi parsing (tests/fixtures/nvidia-smi), the wait for GPU release after a kill by process
+group, ports, disk, leftovers of ours, and flag validation against a --help text."""
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.runners.conformance import FREE_PORT, LISTEN, py, wait_for
+from tunectl.errors import HostDirtyError
+from tunectl.flags import bundled_flags
+from tunectl.profile import Profile
+from tunectl.runners import flagcheck, hostcheck
+from tunectl.runners.local import LocalRunner
+
+FIX = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
+
+FAKE_SMI = '''#!{python}
+# answers like nvidia-smi from the fixture files: "busy" while the pid in PIDFILE lives
+import os, sys
+FIX, PIDFILE, MODE = {fix!r}, {pidfile!r}, {mode!r}
+if MODE == "no-driver":
+    sys.stdout.write(open(os.path.join(FIX, "no-driver.txt")).read()); sys.exit(9)
+def holder():
+    try:
+        pid = int(open(PIDFILE).read())
+        return pid if open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] != "Z" else None
+    except (OSError, ValueError):
+        return None
+pid = holder()
+kind = "gpus" if any(a.startswith("--query-gpu") for a in sys.argv) else "apps"
+text = open(os.path.join(FIX, "h200x1-%s.%s.csv" % ("busy" if pid else "idle", kind))).read()
+sys.stdout.write(text.replace("48213", str(pid)))
+'''
+
+
+def fake_smi(tmp_path: Path, mode: str = "ok") -> tuple[str, str]:
+    smi, pidfile = tmp_path / f"nvidia-smi-{mode}", str(tmp_path / "holder.pid")
+    smi.write_text(FAKE_SMI.format(python=sys.executable, fix=str(FIX), pidfile=pidfile, mode=mode))
+    smi.chmod(0o755)
+    return str(smi), pidfile
+
+
+@pytest.fixture(params=["local", "ssh"])
+def any_runner(request):
+    if request.param == "local":
+        r = LocalRunner()
+        yield r
+        r.close()
+    else:
+        yield request.getfixturevalue("make_ssh_runner")()
+
+
+def test_parse_fixtures():
+    gpus = hostcheck.parse_gpus((FIX / "h200x8-orphan.gpus.csv").read_text())
+    apps = hostcheck.parse_apps((FIX / "h200x8-orphan.apps.csv").read_text())
+    assert [g.index for g in gpus] == list(range(8)) and gpus[3].used_mib == 120408
+    assert {g.total_mib for g in gpus} == {143771}
+    assert apps[0].pid == 91377 and apps[0].name == "sglang::scheduler_TP3" and apps[0].used_mib == 120394
+    assert hostcheck.gpu_problems(gpus, apps, [0, 1], 1024) == []             # GPU 3 is not ours to use
+    problems = hostcheck.gpu_problems(gpus, apps, None, 1024)
+    assert problems == ["GPU 3 uses 120408 MiB of 143771 (limit 1024)",
+                        "pid 91377 sglang::scheduler_TP3 on GPU 3 (120394 MiB)"]
+    assert hostcheck.gpu_problems(gpus, [], [9], 1024) == ["GPU 9 does not exist (host has 8)"]
+    na = hostcheck.parse_apps((FIX / "h200x1-na.apps.csv").read_text())
+    assert na[0].pid is None and na[0].used_mib is None
+    idle = hostcheck.parse_gpus((FIX / "h200x1-idle.gpus.csv").read_text())
+    assert hostcheck.gpu_problems(idle, na, [0], 1024) == ["pid ? [N/A] on GPU 0 (memory n/a)"]
+    assert hostcheck.parse_apps((FIX / "h200x1-idle.apps.csv").read_text()) == []
+
+
+def test_missing_nvidia_smi_is_one_clear_message(any_runner):
+    with pytest.raises(hostcheck.NvidiaSmiError, match="nvidia-smi is not on the host's PATH"):
+        hostcheck.query(any_runner, smi=f"nvidia-smi-absent-{uuid.uuid4().hex[:6]}")
+
+
+def test_driver_not_loaded(any_runner, tmp_path):
+    smi, _ = fake_smi(tmp_path, "no-driver")
+    with pytest.raises(hostcheck.NvidiaSmiError, match=r"nvidia-smi failed \(exit 9\)") as e:
+        hostcheck.query(any_runner, smi=smi)
+    assert "couldn't communicate with the NVIDIA driver" in e.value.tail
+
+
+def test_gpu_memory_comes_back_after_group_kill(any_runner, tmp_path):
+    """The shape of the real H200 check: a process holds the GPU, it is killed by its process group, tunectl
+    sees the memory come back."""
+    smi, pidfile = fake_smi(tmp_path)
+    h = any_runner.start_detached(py("import os,sys,time; open(sys.argv[1],'w').write(str(os.getpid())); "
+                                     "time.sleep(60)", pidfile), str(tmp_path / "holder"), {}, "hc-holder-1")
+    assert wait_for(lambda: Path(pidfile).exists())
+    holder = int(Path(pidfile).read_text())
+    with pytest.raises(HostDirtyError) as e:
+        hostcheck.wait_gpu_release(any_runner, [0], 1024, timeout=0.3, poll_s=0.1, smi=smi)
+    assert f"pid {holder} sglang::scheduler on GPU 0 (131090 MiB)" in e.value.evidence
+    any_runner.signal_group(h, signal.SIGKILL)
+    waited = hostcheck.wait_gpu_release(any_runner, [0], 1024, timeout=15, poll_s=0.1, smi=smi,
+                                        pids={holder})
+    assert waited < 15
+    assert hostcheck.gpu_problems(*hostcheck.query(any_runner, smi), [0], 1024) == []
+
+
+def test_ports_leftovers_and_gate(any_runner, tmp_path):
+    port = int(any_runner.run(py(FREE_PORT)).stdout)
+    assert hostcheck.port_problems(any_runner, [port]) == []
+    rid = f"hc-left-{uuid.uuid4().hex[:8]}"
+    h = any_runner.start_detached(py(LISTEN, str(port)), str(tmp_path / "srv"), {}, rid)
+    try:
+        assert wait_for(lambda: b"listening" in any_runner.read_file(h.log_path))
+        assert any(f"run {rid}" in x for x in hostcheck.leftovers(any_runner))
+        assert not any(f"run {rid}" in x for x in hostcheck.leftovers(any_runner, keep={rid}))
+        taken = hostcheck.port_problems(any_runner, [port])
+        assert taken and taken[0].startswith(f"port {port} is taken by pid") and "http.server" in taken[0]
+        with pytest.raises(HostDirtyError) as e:
+            hostcheck.ensure_clean(any_runner, None, 1024, [port], smi=None)
+        assert any(rid in x for x in e.value.evidence) and any(f"port {port}" in x for x in e.value.evidence)
+    finally:
+        any_runner.signal_group(h, signal.SIGKILL)
+    assert wait_for(lambda: not hostcheck.port_problems(any_runner, [port]))
+
+
+def test_free_disk(any_runner, tmp_path):
+    gb = hostcheck.free_disk_gb(any_runner, str(tmp_path / "not" / "yet" / "made"))
+    assert abs(gb - shutil.disk_usage(tmp_path).free / 2**30) < 1.0
+
+
+def profile(flags=None, space=None, engine="sim", version="0.5.9") -> Profile:
+    p = Profile.model_validate({"name": "t", "model": {"path": "m"}, "server": {
+        "engine": engine, "sglang_version": version, "flags": flags or {}}, "search": {"space": space or {}}})
+    p.source = "profiles/t.yaml"
+    return p
+
+
+def test_flag_problems_against_real_help_texts():
+    new = bundled_flags("0.5.23")
+    prof = profile({"cuda-graph-max-bs": 256, "nsa-prefill-backend": "flashmla_sparse", "tp-size": 8},
+                   {"attention-backend": {"type": "categorical", "choices": ["triton", "flashinferx"]},
+                    "disable-radix-cache": {"type": "bool"},
+                    "autotune": {"type": "bool", "patch": "0001-flashinfer-cutlass-autotune"}})
+    problems = flagcheck.problems(prof, new, "sglang.launch_server 0.5.23 on local")
+    assert problems[0] == ("profiles/t.yaml: server.flags.cuda-graph-max-bs: --cuda-graph-max-bs is not a flag "
+                           "of sglang.launch_server 0.5.23 on local; did you mean --cuda-graph-max-bs-decode?")
+    assert "server.flags.nsa-prefill-backend: --nsa-prefill-backend is not a flag" in problems[1]
+    assert problems[2].startswith("profiles/t.yaml: search.space.attention-backend: 'flashinferx' is not a valid "
+                                  "choice for --attention-backend; valid: ")
+    assert "triton" in problems[2] and len(problems) == 3       # tp-size alias, switch and patch knob are fine
+    assert flagcheck.problems(profile({"nsa-prefill-backend": "flashmla_sparse", "tp-size": 8}),
+                              bundled_flags("0.5.9"), "0.5.9") == []
+    switch = flagcheck.problems(profile({"disable-radix-cache": "yes"}), new, "x")
+    assert switch == ["profiles/t.yaml: server.flags.disable-radix-cache: --disable-radix-cache is a switch "
+                      "(true/false), got 'yes'"]
+
+
+def test_help_read_from_host_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    runner, prof = LocalRunner(), profile({"tp-size": 2, "mem-fraction-static": 0.8})
+    assert flagcheck.check_flags(runner, prof, "0.5.9") == []
+    cached = list((tmp_path / ".cache" / "tunectl" / "help").glob("*.txt"))
+    assert len(cached) == 1 and "--mem-fraction-static" in cached[0].read_text()
+    cached[0].write_text(cached[0].read_text().replace("--mem-fraction-static", "--mem-fraction-statik"))
+    assert "did you mean --mem-fraction-statik?" in flagcheck.check_flags(runner, prof, "0.5.9")[0]  # cache used
