@@ -1,0 +1,183 @@
+"""Server lifecycle on the SGLang stand-in: readiness, every crash class, hang, startup timeout, a stranger on the
+port, and a teardown that leaves no process of the run alive (checked by process group and by run id)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tunectl.errors import HostDirtyError
+from tunectl.profile import default_profile_path, load_profile
+from tunectl.runners import lifecycle, server
+from tunectl.runners.ladder import run_ladder
+from tunectl.runners.local import LocalRunner
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_profile(tmp_path: Path, **overrides):
+    """The embedded default profile on a free port, trial dirs under tmp_path."""
+    return load_profile(default_profile_path(), {"server.port": free_port(), "host.workdir": str(tmp_path / "host"),
+                                                 **overrides})
+
+
+def start(prof, params=None):
+    runner = LocalRunner()
+    run_id = server.make_run_id("lc", 0)
+    plan = server.build_plan(prof, params or {}, run_id, f"{prof.host.workdir}/{run_id}")
+    lifecycle.preflight(runner, prof, plan)
+    return lifecycle.launch(runner, prof, plan, server.config_yaml(plan))
+
+
+def run_pids(run_id: str) -> list[int]:
+    """Every live process carrying this run id, found independently of the runner."""
+    marker = f"TUNECTL_RUN_ID={run_id}".encode()
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                out.append(int(pid)) if state not in ("Z", "X") else None
+        except OSError:
+            continue
+    return out
+
+
+def group_pids(pgid: int) -> list[int]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            out.append(int(pid))
+    return out
+
+
+@pytest.fixture
+def started():
+    servers = []
+
+    def go(prof, params=None):
+        srv = start(prof, params)
+        servers.append(srv)
+        return srv
+
+    yield go
+    for srv in servers:
+        lifecycle.teardown(srv)
+
+
+def test_ready_needs_the_log_line_and_health(tmp_path, started):
+    srv = started(sim_profile(tmp_path))
+    st = lifecycle.wait_ready(srv)
+    assert st.ready and st.crash is None
+    # milestones in SGLang's order, all before readiness was declared
+    order = ["server_args", "load_weight_begin", "load_weight_end", "kv_cache_allocated", "memory_pool_end",
+             "max_total_num_tokens", "ready"]
+    assert [st.phases[m] for m in order] == sorted(st.phases[m] for m in order)
+    assert st.phases["ready"] <= st.ready_s
+    assert lifecycle.health_ok(srv.base_url)
+    assert srv.watcher.facts["max_running_requests"] == 64
+
+
+def test_teardown_leaves_nothing_of_the_run(tmp_path, started):
+    srv = started(sim_profile(tmp_path))
+    assert lifecycle.wait_ready(srv).ready
+    pgid, run_id = srv.handle.pgid, srv.plan.run_id
+    assert len(group_pids(pgid)) >= 2 and run_pids(run_id)      # server + its scheduler child
+    td = lifecycle.teardown(srv)
+    assert td["verdict"] == "clean", td
+    assert group_pids(pgid) == [] and run_pids(run_id) == []
+    assert srv.runner.port_owner(srv.plan.port) is None
+    assert not os.path.exists(f"{srv.plan.trial_dir}/tmp")
+    assert srv.runner.poll(srv.handle) is not None               # the wrapper recorded how it ended
+
+
+@pytest.mark.parametrize("params, cls, signature", [
+    ({"moe-runner-backend": "flashinfer_trtllm"}, "config_error", None),
+    ({"mem-fraction-static": 0.95}, "config_error", "capture_cuda_graph_failed"),
+    ({"max-running-requests": "many"}, "config_error", "argparse_error"),
+])
+def test_startup_crash_is_classified(tmp_path, started, params, cls, signature):
+    srv = started(sim_profile(tmp_path), params)
+    st = lifecycle.wait_ready(srv)
+    assert not st.ready
+    c = st.crash
+    assert c.cls == cls and c.phase == "startup" and c.level is None
+    assert signature is None or c.signature == signature
+    assert c.exception_line and c.exception_line in srv.tail()
+    assert c.exit_code in (137, 2)
+
+
+def test_load_crash_stops_the_ladder_at_its_level(tmp_path, started):
+    seeds = {"disable-cuda-graph": True, "max-running-requests": 2048, "disable-radix-cache": True,
+             "flashinfer-cutlass-autotune": True}
+    prof = sim_profile(tmp_path)
+    srv = started(prof, seeds)
+    assert lifecycle.wait_ready(srv).ready
+    ladder = run_ladder(srv, [64, 512, 1024], prof.bench.workloads)
+    assert [lv.status for lv in ladder.levels] == ["ok", "crashed"]       # 1024 never ran
+    c = ladder.crash
+    assert (c.cls, c.signature, c.phase, c.level) == ("load_crash", "page_table_1_flattened", "load", 512)
+    assert "page_table_1_flattened" in c.exception_line
+    assert c.detect_latency_s is not None and c.detect_latency_s < 2.0
+    lifecycle.teardown(srv)
+    assert srv.runner.poll(srv.handle) == 137
+
+
+def test_hang_is_detected(tmp_path, started):
+    prof = sim_profile(tmp_path)
+    srv = started(prof, {"enable-two-batch-overlap": True})
+    assert lifecycle.wait_ready(srv).ready
+    t0 = time.monotonic()
+    ladder = run_ladder(srv, [8, 64], prof.bench.workloads)
+    assert ladder.crash is not None and ladder.crash.cls == "hang" and ladder.crash.level == 8
+    assert [lv.status for lv in ladder.levels] == ["crashed"]
+    assert time.monotonic() - t0 < 10
+    assert lifecycle.teardown(srv)["verdict"] == "clean"
+
+
+def test_startup_timeout_names_the_phase(tmp_path, started):
+    # weights take 55 modeled s on the card; allow 5
+    prof = sim_profile(tmp_path, **{"server.timeouts.load_weights_s": 5.0, "server.sim.time_scale": 0.05})
+    srv = started(prof)
+    st = lifecycle.wait_ready(srv)
+    assert not st.ready
+    assert st.crash.cls == "startup_timeout" and st.crash.signature == "timeout_load_weights"
+    assert "load_weight_begin" in st.phases and "load_weight_end" not in st.phases
+    assert lifecycle.teardown(srv)["verdict"] == "clean"
+
+
+def test_stranger_on_the_port_is_named_and_nothing_starts(tmp_path):
+    prof = sim_profile(tmp_path)
+    code = ("import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
+            "print('up', flush=True); time.sleep(60)")
+    stranger = subprocess.Popen([sys.executable, "-c", code, str(prof.server.port)], stdout=subprocess.PIPE)
+    try:
+        assert stranger.stdout.readline() == b"up\n"
+        with pytest.raises(HostDirtyError) as err:
+            start(prof)
+        assert f"pid {stranger.pid}" in str(err.value) and "socket" in str(err.value)
+        assert not os.path.exists(prof.host.workdir)          # nothing was launched
+        assert stranger.poll() is None                         # and the stranger was left alone
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_phase_deadlines_scale_with_the_stand_in(tmp_path):
+    prof = sim_profile(tmp_path, **{"server.sim.time_scale": 0.01})
+    assert lifecycle.scaled(prof, 1800.0) == pytest.approx(18.0 + lifecycle.PHASE_SLACK_S)
+    real = prof.model_copy(update={"server": prof.server.model_copy(update={"engine": "sglang"})})
+    assert lifecycle.scaled(real, 1800.0) == 1800.0
