@@ -68,6 +68,17 @@ def _profile_reference(study: dict[str, Any]) -> dict[str, Any] | None:
     return {**ref, "label": ref.get("note") or f"reference ({prof.get('name', 'profile')})"}
 
 
+def fmt_value(v: Any) -> str:
+    """A knob's value for people: 0.84 not 0.8400000000000001, true/false like YAML."""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "true" if v is True else "false" if v is False else str(v)
+
+
+def fmt_params(params: dict[str, Any], sep: str = " ") -> str:
+    return sep.join(f"{k}={fmt_value(v)}" for k, v in params.items())
+
+
 # ------------------------------------------------------------------------------------------ best & peaks
 
 def peak_level(t: TrialResult) -> LevelResult | None:

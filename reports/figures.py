@@ -5,6 +5,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from tunectl.reports.data import fmt_params
 
 STATUS_COLORS = {"ok": "#2a9d8f", "crashed": "#e63946", "pruned": "#adb5bd", "infra": "#f4a261",
                  "running": "#457b9d", "dry_run": "#ced4da"}
@@ -81,7 +82,8 @@ def history_figure(rows: list[dict[str, Any]]) -> go.Figure:
             x=[r["trial"] for r in sel], y=[r["output_throughput"] for r in sel], mode="markers", name=status,
             marker={"color": STATUS_COLORS.get(status, "#333"), "size": 10,
                     "symbol": "x" if status == "crashed" else "circle"},
-            hovertext=[f"#{r['trial']} {r['role']} {r['crash_class'] or ''} {r['params']}" for r in sel]))
+            hovertext=[f"#{r['trial']} {r['role']} {r['crash_class'] or ''} {fmt_params(r['params'])}"
+                       for r in sel]))
     fig.add_trace(go.Scatter(x=[r["trial"] for r in rows], y=[r["running_best"] for r in rows],
                              mode="lines", line={"shape": "hv", "color": "#264653"}, name="best so far"))
     fig.update_layout(title="Optimization history (x = crashed; value = its best stable level)",

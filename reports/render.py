@@ -13,6 +13,7 @@ from tunectl.reports.data import (
     StudyData,
     baseline_trial,
     best_trial,
+    fmt_params,
     history,
     pareto,
     summary,
@@ -44,12 +45,16 @@ def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
             "flag_diff": flag_diff(data), "trials": trial_rows(data, log_prefix)}
 
 
+def _num(v: float) -> str:
+    """Throughputs and latencies with one decimal; flag values (0.88) as they were set, without float noise."""
+    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.6g}"
+
+
 def _e(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:,.1f}"
+        return _num(v)
     if isinstance(v, dict):
-        pairs = (f"{html.escape(str(k))}={html.escape(str(x))}" for k, x in v.items())
-        return "<br>".join(pairs) or "(base flags)"
+        return html.escape(fmt_params(v, "\n")).replace("\n", "<br>") or "(base flags)"
     return html.escape("" if v is None else str(v))
 
 
@@ -78,7 +83,7 @@ def _summary_html(s: dict[str, Any]) -> str:
         f"<ul><li>best stable: trial <b>#{b['trial']}</b> ({_e(b['role'])}): "
         f"<b>{_e(b['output_throughput'])} output tok/s</b> at concurrency {_e(b['concurrency'])}{speed}; "
         f"stable up to {_e(b['max_stable_concurrency'])}</li><li>latencies at that level: {lat}</li>"
-        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'])}, patches: {_e(patches)}</li>"
+        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'] or 'unknown')}, patches: {_e(patches)}</li>"
         f"{ref_txt}</ul>"
         f"<p>Launch command:</p><pre class='cmd'>{_e(b['command'])}</pre>")
     return "".join(parts)
@@ -123,7 +128,8 @@ def _tables_html(r: dict[str, Any]) -> str:
                         "min_output_throughput", "max_output_throughput"])
            if fin else "<p>No finalists yet.</p>")
         + "</section><section id='all-trials'><h2>All trials</h2>"
-        + _table(rows, ["trial", "role", "status", "params", "output_throughput", "peak_concurrency",
+        + "<p>key flags: the knobs where a trial differs from the baseline.</p>"
+        + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput", "peak_concurrency",
                         "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"],
                  "trials")
         + "</section>")

@@ -4,13 +4,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tunectl.reports.data import StudyData, peak_level
+from tunectl.reports.data import StudyData, baseline_trial, fmt_value, peak_level
 
 from tunectl.models import TrialResult
-
-
-def _fmt(v: Any) -> str:
-    return "true" if v is True else "false" if v is False else str(v)
 
 
 def crash_map(trials: list[TrialResult]) -> dict[str, Any]:
@@ -24,7 +20,7 @@ def crash_map(trials: list[TrialResult]) -> dict[str, Any]:
             if lv.status not in ("ok", "crashed") and lv.concurrency != crash_lv:
                 continue
             for name, value in t.params.items():
-                key = (name, _fmt(value), lv.concurrency)
+                key = (name, fmt_value(value), lv.concurrency)
                 c = cells.setdefault(key, {"param": name, "value": key[1], "level": lv.concurrency,
                                            "ok": 0, "crashed": {}, "exception_lines": []})
                 if lv.status == "ok":
@@ -64,14 +60,23 @@ def finalists(trials: list[TrialResult]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda g: -g["mean_output_throughput"])
 
 
+def key_flags(t: TrialResult, base: TrialResult | None) -> dict[str, Any]:
+    """The knobs where a trial differs from the baseline (all of them when there is no baseline)."""
+    if base is None or t is base:
+        return dict(t.params)
+    return {k: v for k, v in t.params.items() if k not in base.params or base.params[k] != v}
+
+
 def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
     """One row per trial: status, key flags, throughput, max stable concurrency, crash, log link."""
     rows = []
+    base = baseline_trial(data.trials)
     for t in sorted(data.trials, key=lambda t: t.trial):
         peak = peak_level(t)
         rows.append({
             "trial": t.trial, "role": t.role, "status": t.status, "attempt": t.attempt,
-            "params": dict(t.params), "output_throughput": t.best_output_throughput,
+            "params": dict(t.params), "key_flags": key_flags(t, base),
+            "output_throughput": t.best_output_throughput,
             "peak_concurrency": peak.concurrency if peak else None,
             "p99_ttft_ms": peak.metrics.get("p99_ttft_ms") if peak else None,
             "max_stable_concurrency": t.max_stable_concurrency,

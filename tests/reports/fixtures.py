@@ -19,7 +19,8 @@ PATCH_HASH = "4bb28f790bd6ba2a85f5f13829ccd93b25ab96a66df5c9b48d81a4a79ae7247b"
 
 # (trial, role, status, params, capacity tok/s, crash level or None, crash class)
 SEARCH_PLAN: list[tuple[int, str, str, dict[str, Any], float, int | None, str | None]] = [
-    (0, "baseline", "ok", {}, 880.0, None, None),
+    (0, "baseline", "ok", {"disable-cuda-graph": False, "max-running-requests": 64,
+                           "moe-runner-backend": "flashinfer_trtllm"}, 880.0, None, None),
     (1, "search", "ok", {"disable-cuda-graph": False, "max-running-requests": 256,
                          "moe-runner-backend": "flashinfer_trtllm"}, 1200.0, None, None),
     (2, "search", "crashed", {"disable-cuda-graph": True, "max-running-requests": 2048,

@@ -150,6 +150,11 @@ def test_trial_table_has_every_trial_and_links_to_existing_logs(data, results_ro
     assert [r["trial"] for r in rows] == sorted(t.trial for t in data.trials)
     for r in rows:
         assert (results_root / "glm5-search" / r["log"]).is_file()
+    base = next(t for t in data.trials if t.role == "baseline")
+    for r in rows:
+        if r["role"] != "baseline":
+            assert r["key_flags"] == {k: v for k, v in r["params"].items() if base.params.get(k) != v}
+    assert next(r for r in rows if r["trial"] == 1)["key_flags"] == {"max-running-requests": 256}
     crashed = next(r for r in rows if r["crash_class"] == "load_crash")
     assert crashed["max_stable_concurrency"] == 256 and crashed["crashed_at"] == 512
     pruned = next(r for r in rows if r["status"] == "pruned")
@@ -195,6 +200,18 @@ def test_page_is_self_contained_and_escapes_text(data):
     assert "s3cret" not in page
     for key in ("throughput", "latency", "history", "importance", "crashmap", "pareto"):
         assert f'id="fig-{key}"' in page
+
+
+def test_flag_values_keep_their_precision_and_lose_float_noise(tmp_path):
+    store = build_search_study(tmp_path, with_db=False)
+    t = store.read_trial(6)
+    t.params["mem-fraction-static"] = 0.8400000000000001
+    store.write_trial(t)
+    d = load_study(store)
+    cells = {c["value"] for c in crash_map(d.trials)["cells"] if c["param"] == "mem-fraction-static"}
+    assert cells == {"0.84"}
+    page = render(compute(d))
+    assert "mem-fraction-static=0.84<" in page and "0.8400000000000001" not in page
 
 
 def test_empty_study_renders_without_a_winner(tmp_path):

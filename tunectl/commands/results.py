@@ -82,12 +82,13 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     store = _store(study, root)
     rows = trial_rows(load_study(store))
     tab = Table(title=f"{store.name}: {len(rows)} trials")
-    for col in ("#", "role", "status", "flags", "tok/s", "at c", "max stable c", "crash"):
+    for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", "at c", "max stable c", "crash"):
         tab.add_column(col, justify="right" if col in ("#", "tok/s", "at c", "max stable c") else "left",
                        overflow="fold")
     style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan"}
     for r in rows:
-        flags = " ".join(f"{k}={v}" for k, v in r["params"].items()) or "(base flags)"
+        flags = " ".join(f"{k}={v}" for k, v in r["key_flags"].items()) or "(as baseline)"
+        flags = "(baseline)" if r["role"] == "baseline" else flags
         crash = f"{r['crash_class']} @c={r['crashed_at']}" if r["crash_class"] else ""
         tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
                     f"{r['output_throughput']:,.0f}", str(r["peak_concurrency"] or "-"),
