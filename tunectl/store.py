@@ -165,7 +165,8 @@ def load_frames(store: StudyStore) -> dict[str, Any]:
         row.update({f"param.{k}": v for k, v in t.params.items()})
         trows.append(row)
         for lv in t.levels:
-            lrows.append({"trial": t.trial, "workload": lv.workload, "concurrency": lv.concurrency,
-                          "status": lv.status, "completed": lv.completed, "client_bound": lv.client_bound,
-                          **lv.metrics})
+            # SGLang's metrics hold a measured "concurrency" too: keep it apart from the level's
+            metrics = {("measured_concurrency" if k == "concurrency" else k): v for k, v in lv.metrics.items()}
+            lrows.append({**metrics, "trial": t.trial, "workload": lv.workload, "concurrency": lv.concurrency,
+                          "status": lv.status, "completed": lv.completed, "client_bound": lv.client_bound})
     return {"trials": pd.DataFrame(trows), "levels": pd.DataFrame(lrows)}

@@ -1,0 +1,112 @@
+"""`tunectl sweep` end to end on the embedded default profile (the stand-in), as a user runs it."""
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tunectl.profile import default_profile_path
+
+SEEDS = ["--set", "disable-cuda-graph=true", "--set", "max-running-requests=2048", "--set", "disable-radix-cache=true",
+         "--set", "moe-runner-backend=flashinfer_cutlass", "--set", "flashinfer-cutlass-autotune=true"]
+SEED_BASELINE_AT_64 = 880.0      # the seeds' write-up: ~880 tok/s before tuning
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def env(tmp_path):
+    """The embedded default, unchanged except for a free port and a private host workdir."""
+    data = yaml.safe_load(default_profile_path().read_text())
+    data["server"]["port"] = free_port()
+    data.setdefault("host", {})["workdir"] = str(tmp_path / "host")
+    prof = tmp_path / "sim-glm5.yaml"
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return {"profile": prof, "results": tmp_path / "results", "port": data["server"]["port"]}
+
+
+def sweep(env, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-c", "from tunectl.cli import app; app()", "sweep", "--profile", str(env["profile"]),
+           "--results", str(env["results"]), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_baseline_shows_the_seeds_numbers(env):
+    res = sweep(env, "--concurrency", "64,256,512", "--study", "base", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "ok" and [lv["status"] for lv in doc["levels"]] == ["ok"] * 3
+    at64 = doc["levels"][0]["metrics"]["output_throughput"]
+    assert 0.6 * SEED_BASELINE_AT_64 < at64 < 1.3 * SEED_BASELINE_AT_64
+    for key in ("output_throughput", "total_throughput", "median_ttft_ms", "p99_ttft_ms", "p99_tpot_ms"):
+        assert key in doc["levels"][0]["metrics"]
+    assert Path(doc["results_dir"], "trial.json").is_file()
+
+
+def test_seeds_config_reports_the_crash_at_512(env):
+    res = sweep(env, "--concurrency", "64,256,512", "--study", "seeds", *SEEDS)
+    assert res.returncode == 0, res.stderr                     # a crash is a finding
+    out = res.stdout
+    assert "load_crash (page_table_1_flattened) at concurrency 512" in out
+    assert "AttributeError: 'PrefillMetadata' object has no attribute" in out
+    assert "exit code: 137" in out
+    trial = json.loads((env["results"] / "seeds" / "trials" / "0" / "trial.json").read_text())
+    assert [(lv["concurrency"], lv["status"]) for lv in trial["levels"]] == [(64, "ok"), (256, "ok"), (512, "crashed")]
+    assert trial["levels"][1]["metrics"]["output_throughput"] > trial["levels"][0]["metrics"]["output_throughput"]
+    launch = json.loads((env["results"] / "seeds" / "trials" / "0" / "launch.json").read_text())
+    assert "--disable-cuda-graph" in launch["argv"] and "--disable-radix-cache" in launch["argv"]
+    assert launch["argv"][launch["argv"].index("--max-running-requests") + 1] == "2048"
+    assert launch["patches"] == ["0001-flashinfer-cutlass-autotune"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "disable-cuda-grap=true"], "did you mean 'disable-cuda-graph'"),
+    (["--set", "moe-runner-backend=fast"], "must be one of flashinfer_cutlass, triton, flashinfer_trtllm"),
+    (["--set", "max-running-requests=lots"], "must be one of 64, 128"),
+    (["--set", "disable-radix-cache=maybe"], "expected a boolean"),
+    (["--set", "schedule-policy=fastest"], "must be one of lpm"),
+    (["--set", "nonsense"], "expected NAME=VALUE"),
+    (["--concurrency", "64,x"], "--concurrency"),
+])
+def test_bad_input_is_one_line_and_starts_nothing(env, args, needle):
+    res = sweep(env, *args, timeout=60)
+    assert res.returncode == 2
+    assert needle in res.stderr and "Traceback" not in res.stderr + res.stdout
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (env["results"]).exists()
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(env):
+    res = sweep(env, "--dry-run", *SEEDS, timeout=60)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("python3 -m tunectl.sim.launch_server --model"))
+    argv = shlex.split(line)
+    assert "--disable-cuda-graph" in argv and argv[argv.index("--tp-size") + 1] == "8"
+    assert "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION=1" in res.stdout
+    assert "TUNECTL_SIM_PATCHES=0001-flashinfer-cutlass-autotune" in res.stdout
+    assert not env["results"].exists() and not Path(yaml.safe_load(env["profile"].read_text())["host"]["workdir"]).exists()
+
+
+def test_stranger_on_the_port_is_one_line_exit_1(env):
+    code = ("import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
+            "print('up', flush=True); time.sleep(60)")
+    stranger = subprocess.Popen([sys.executable, "-c", code, str(env["port"])], stdout=subprocess.PIPE)
+    try:
+        assert stranger.stdout.readline() == b"up\n"
+        res = sweep(env, "--concurrency", "1", timeout=60)
+        assert res.returncode == 1
+        assert f"pid {stranger.pid}" in res.stderr and "Traceback" not in res.stderr
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
