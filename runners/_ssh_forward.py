@@ -6,7 +6,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import paramiko
 

@@ -5,13 +5,15 @@ every study, so a renamed flag or a dirty GPU stops the study before trial 1, no
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
+from tunectl.runners import flagcheck, hostcheck
+from tunectl.runners.patches import Patcher, PatchError
 
 from tunectl.errors import HostKeyError, InfraError, TunectlError
 from tunectl.profile import Profile
-from tunectl.runners import flagcheck, hostcheck
-from tunectl.runners.patches import Patcher, PatchError
 
 
 @dataclass

@@ -10,10 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tunectl.runners._base import Runner
+
 from tunectl.errors import RunnerError
 from tunectl.flags import FlagSpec, did_you_mean, parse_help
 from tunectl.profile import Profile
-from tunectl.runners._base import Runner
 
 
 def cache_dir() -> Path:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from tunectl.runners._base import Runner
 
 from tunectl.errors import HostDirtyError, RunnerError
-from tunectl.runners._base import Runner
 
 HOST_HELPER = (Path(__file__).parent / "_host_helper.py").read_text()
 GPU_QUERY = ["--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits"]

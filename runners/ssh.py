@@ -11,21 +11,21 @@ from __future__ import annotations
 import json
 import posixpath
 import shlex
-import socket
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import paramiko
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
-
-from tunectl.errors import InfraError, RunnerError, TunectlError
-from tunectl.profile import HostSpec
 from tunectl.runners._base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
 from tunectl.runners._ssh_conn import connect_chain, is_transient, resolve
 from tunectl.runners._ssh_forward import Forward
+
+from tunectl.errors import InfraError, RunnerError, TunectlError
+from tunectl.profile import HostSpec
 
 HOST_HELPER = (Path(__file__).parent / "_host_helper.py").read_text()
 
@@ -78,7 +78,7 @@ class SSHRunner:
             chan.settimeout(5)
             chan.exec_command("true")
             if not chan.status_event.wait(5):
-                raise socket.timeout("ssh liveness probe got no answer in 5 s")
+                raise TimeoutError("ssh liveness probe got no answer in 5 s")
             self._last_ok = time.monotonic()
         finally:
             chan.close()

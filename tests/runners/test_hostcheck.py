@@ -9,13 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from tunectl.runners import flagcheck, hostcheck
+from tunectl.runners.local import LocalRunner
 
 from tests.runners.conformance import FREE_PORT, LISTEN, py, wait_for
 from tunectl.errors import HostDirtyError
 from tunectl.flags import bundled_flags
 from tunectl.profile import Profile
-from tunectl.runners import flagcheck, hostcheck
-from tunectl.runners.local import LocalRunner
 
 FIX = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runners.conformance import *  # noqa: F401,F403
+from tests.runners.conformance import *
 
 pytestmark = pytest.mark.sshd
 
@@ -26,17 +26,17 @@ def workdir(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- SSH only
-import os  # noqa: E402
+import os
+import signal
+import time
 
-import paramiko  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
+import paramiko
+from tunectl.runners.ssh import SSHAuthError
 
-from tests.runners.conformance import py, wait_for  # noqa: E402
-from tests.runners.sshd import JUMP_ALIAS, keygen  # noqa: E402
-from tunectl.errors import HostKeyError, InfraError  # noqa: E402
-from tunectl.profile import HostSpec  # noqa: E402
-from tunectl.runners.ssh import SSHAuthError  # noqa: E402
+from tests.runners.conformance import py, wait_for
+from tests.runners.sshd import JUMP_ALIAS, keygen
+from tunectl.errors import HostKeyError, InfraError
+from tunectl.profile import HostSpec
 
 
 def cut_links(sshd) -> int:

@@ -6,7 +6,6 @@ study; this module only renders them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -16,7 +15,7 @@ from tunectl.cli import app
 from tunectl.commands._common import console, get_profile, one_line_errors
 from tunectl.runners.checks import Check, run_checks
 
-__all__ = ["check", "run_checks", "render"]
+__all__ = ["check", "render", "run_checks"]
 
 
 def render(checks: list[Check]) -> Table:
@@ -31,7 +30,7 @@ def render(checks: list[Check]) -> Table:
 
 @app.command()
 @one_line_errors
-def check(profile: Optional[Path] = typer.Option(None, "--profile", "-p", help="profile YAML (default: the "
+def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="profile YAML (default: the "
                                                  "embedded stand-in profile)")) -> None:
     """Check the profile's host: SSH and host key, python and SGLang, GPUs, ports, disk, leftovers, flags, patches."""
     from tunectl.study import make_runner

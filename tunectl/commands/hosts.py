@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import paramiko
 import typer
 
 from tunectl.cli import app
 from tunectl.commands._common import console, get_profile, one_line_errors
-from tunectl.errors import HostKeyError, UsageError
+from tunectl.errors import HostKeyError, InfraError, UsageError
 from tunectl.profile import HostSpec
 from tunectl.runners._ssh_conn import connect_chain, fetch_host_key, fingerprint, resolve
 
@@ -21,7 +20,7 @@ hosts = typer.Typer(help="SSH hosts: trust a host key deliberately.", no_args_is
 app.add_typer(hosts, name="hosts")
 
 
-def _spec(host: Optional[str], profile: Optional[Path]) -> HostSpec:
+def _spec(host: str | None, profile: Path | None) -> HostSpec:
     if host:
         return HostSpec(kind="ssh", address=host)
     spec = get_profile(profile).host
@@ -49,13 +48,16 @@ def _offered_key(spec: HostSpec) -> tuple[str, paramiko.PKey]:
 
 @hosts.command("trust")
 @one_line_errors
-def trust(host: Optional[str] = typer.Argument(None, help="host name or ~/.ssh/config alias"),
-          profile: Optional[Path] = typer.Option(None, "--profile", "-p"),
+def trust(host: str | None = typer.Argument(None, help="host name or ~/.ssh/config alias"),
+          profile: Path | None = typer.Option(None, "--profile", "-p"),
           yes: bool = typer.Option(False, "--yes", help="accept without asking (only after checking the "
                                                           "fingerprint out of band)")) -> None:
     """Show HOST's key fingerprint and, once confirmed, add it to known_hosts."""
     spec = _spec(host, profile)
-    name, key = _offered_key(spec)
+    try:
+        name, key = _offered_key(spec)
+    except (OSError, EOFError, paramiko.SSHException) as e:
+        raise InfraError(f"cannot reach {spec.address!r} to read its host key: {type(e).__name__}: {e}") from None
     known = Path(os.path.expanduser(spec.known_hosts or "~/.ssh/known_hosts"))
     keys = paramiko.HostKeys(str(known)) if known.is_file() else paramiko.HostKeys()
     have = (keys.lookup(name) or {}).get(key.get_name())
