@@ -63,8 +63,11 @@ def _exception_line(block: list[str]) -> str:
     return ""
 
 
+_FATAL = re.compile("|".join(f"(?:{s.regex.pattern})" for s in SIGNATURES if s.fatal))
+
+
 def _is_death(line: str) -> bool:
-    return bool(DEATH_MARKERS.search(line)) or any(s.fatal and s.regex.search(line) for s in SIGNATURES)
+    return bool(DEATH_MARKERS.search(line) or _FATAL.search(line))
 
 
 def _first_death(lines: list[str]) -> tuple[int | None, bool]:
@@ -138,12 +141,13 @@ def classify(text: str, phase: str, level: int | None = None, exit_code: int | N
 class LogWatcher:
     """Incremental reader of a server log; see the module docstring for the attributes."""
 
-    def __init__(self, start_offset: int = 0, context_lines: int = 200, max_region_lines: int = 4000):
+    def __init__(self, start_offset: int = 0, context_lines: int = 200, region_lines: int = 4000):
         self.offset = start_offset              # byte offset of the next unread byte
         self._buf = b""
         self._pre: deque[str] = deque(maxlen=context_lines)
-        self._region: list[str] = []
-        self._max_region = max_region_lines
+        self._head: list[str] = []              # the first lines from the death line on...
+        self._tail: deque[str] = deque(maxlen=region_lines)   # ...and the latest ones (assert spam can be long)
+        self._head_max = context_lines
         self._context = context_lines
         self._tb_start: tuple[float, int, int] | None = None   # (time, offset, line number)
         self.milestones: dict[str, float] = {}
@@ -186,8 +190,7 @@ class LogWatcher:
         offset, self.offset = self.offset, self.offset + nbytes
         self.lines_seen += 1
         if self.crashed:
-            if len(self._region) < self._max_region:
-                self._region.append(line)
+            (self._head if len(self._head) < self._head_max else self._tail).append(line)
             return
         self._track(line, now)
         if _TRACEBACK in line and (self._tb_start is None
@@ -203,7 +206,7 @@ class LogWatcher:
         tb = self._tb_start
         recent = tb is not None and self.lines_seen - tb[2] < self._context
         self.first_traceback_at, self.first_traceback_offset = (tb[0], tb[1]) if recent else (now, offset)
-        self._region.append(line)
+        self._head.append(line)
 
     def _track(self, line: str, now: float) -> None:
         m = _PROGRESS.search(line)
@@ -231,7 +234,7 @@ class LogWatcher:
 
     def text(self) -> str:
         """The crash evidence kept so far: context before the first death line, and everything after."""
-        return "\n".join([*self._pre, *self._region])
+        return "\n".join([*self._pre, *self._head, *self._tail])
 
     def crash_info(self, phase: str, level: int | None = None, exit_code: int | None = None,
                    detected_at: float | None = None) -> CrashInfo | None:

@@ -230,3 +230,23 @@ def test_watcher_tracks_milestones_and_token_progress() -> None:
     text = data.decode()
     assert w.decode_batches == text.count("Decode batch,") and w.prefill_batches == text.count("Prefill batch,")
     assert w.offset == len(data)
+
+
+def test_a_requested_stop_is_not_a_crash_and_unhealthy_is_tracked() -> None:
+    w = LogWatcher()
+    w.feed(f"{TS} Health check failed. Server couldn't get a response from detokenizer for last 20 seconds.\n"
+           .encode(), now=3.0)
+    assert w.unhealthy_at == 3.0 and not w.crashed
+    w.mark_stopping()
+    w.feed(f"{TS} kill_process_tree called: parent_pid=1, include_parent=True, pid=1\n".encode(), now=4.0)
+    assert not w.crashed
+
+
+def test_the_exception_survives_a_flood_of_device_asserts() -> None:
+    lines = (LOGS / "server-runtime-crash.log").read_bytes().splitlines(True)
+    spam = next(ln for ln in lines if b"Indexing.cu" in ln)
+    at = lines.index(spam)
+    w = LogWatcher()
+    w.feed(b"".join(lines[:at] + [spam] * 20000 + lines[at:]), now=1.0)
+    info = w.crash_info("load", 128, 137)
+    assert "device-side assert triggered" in info.exception_line and info.signature == "device_side_assert"
