@@ -37,7 +37,7 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def optuna_importance(db: Path) -> tuple[str, dict[str, float]] | None:
+def optuna_importance(db: Path, name: str = "") -> tuple[str, dict[str, float]] | None:
     """(evaluator, importances) from an Optuna SQLite storage (fANOVA needs scikit-learn, else PED-ANOVA),
     or None when it cannot be computed."""
     try:
@@ -48,17 +48,20 @@ def optuna_importance(db: Path) -> tuple[str, dict[str, float]] | None:
     optuna.logging.set_verbosity(logging.ERROR)
     try:
         storage = optuna.storages.RDBStorage(f"sqlite:///{db}", skip_table_creation=True)
-        summaries = optuna.get_all_study_summaries(storage)
-        if len(summaries) != 1:
+        names = [x.study_name for x in optuna.get_all_study_summaries(storage)]
+        if name not in names and len(names) != 1:
             return None
-        study = optuna.load_study(study_name=summaries[0].study_name, storage=storage)
+        study = optuna.load_study(study_name=name if name in names else names[0], storage=storage)
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if len(complete) < MIN_TRIALS or len(study.directions) != 1:
+        if len(complete) < MIN_TRIALS:
             return None
-        for name, make in (("fanova", lambda: FanovaImportanceEvaluator(seed=0)),
+        # multi-objective studies (throughput, p99 TTFT): importance for the throughput objective
+        target = None if len(study.directions) == 1 else (lambda t: t.values[0])
+        for method, make in (("fanova", lambda: FanovaImportanceEvaluator(seed=0)),
                            ("ped-anova", PedAnovaImportanceEvaluator)):
             try:
-                return name, dict(optuna.importance.get_param_importances(study, evaluator=make()))
+                got = optuna.importance.get_param_importances(study, evaluator=make(), target=target)
+                return method, dict(got)
             except (ImportError, ValueError, RuntimeError, ZeroDivisionError):
                 continue
     except Exception:  # noqa: BLE001 - a foreign or half-written database must not break the report
@@ -66,9 +69,9 @@ def optuna_importance(db: Path) -> tuple[str, dict[str, float]] | None:
     return None
 
 
-def importance(trials: list[TrialResult], db: Path | None) -> dict[str, Any]:
+def importance(trials: list[TrialResult], db: Path | None, name: str = "") -> dict[str, Any]:
     if db is not None:
-        got = optuna_importance(db)
+        got = optuna_importance(db, name)
         if got and got[1]:
             return {"method": f"optuna {got[0]}", "values": got[1]}
     done = [t for t in trials if t.status in ("ok", "crashed", "pruned")]

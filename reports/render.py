@@ -39,14 +39,16 @@ def flag_diff(data: StudyData) -> list[dict[str, Any]]:
 
 
 def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
+    picks = (data.best or {}).get("finalists")
     return {"summary": summary(data), "throughput": throughput_curves(data), "history": history(data.trials),
-            "importance": importance(data.trials, data.study_db), "crash_map": crash_map(data.trials),
-            "pareto": pareto(data.trials), "finalists": finalists(data.trials),
+            "importance": importance(data.trials, data.study_db, data.name),
+            "crash_map": crash_map(data.trials), "pareto": pareto(data.trials),
+            "finalists": finalists(data.trials, picks),
             "flag_diff": flag_diff(data), "trials": trial_rows(data, log_prefix)}
 
 
 def _num(v: float) -> str:
-    """Throughputs and latencies with one decimal; flag values (0.88) as they were set, without float noise."""
+    """Throughputs and latencies with one decimal; flag values (0.88) as set, without float noise."""
     return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.6g}"
 
 
@@ -83,7 +85,8 @@ def _summary_html(s: dict[str, Any]) -> str:
         f"<ul><li>best stable: trial <b>#{b['trial']}</b> ({_e(b['role'])}): "
         f"<b>{_e(b['output_throughput'])} output tok/s</b> at concurrency {_e(b['concurrency'])}{speed}; "
         f"stable up to {_e(b['max_stable_concurrency'])}</li><li>latencies at that level: {lat}</li>"
-        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'] or 'unknown')}, patches: {_e(patches)}</li>"
+        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'] or 'unknown')}, "
+        f"patches: {_e(patches)}</li>"
         f"{ref_txt}</ul>"
         f"<p>Launch command:</p><pre class='cmd'>{_e(b['command'])}</pre>")
     return "".join(parts)

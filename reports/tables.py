@@ -37,23 +37,29 @@ def crash_map(trials: list[TrialResult]) -> dict[str, Any]:
             "crashes": crashes}
 
 
-def finalists(trials: list[TrialResult]) -> list[dict[str, Any]]:
-    """Finalist configs with their reruns: per config the throughput of each run and the spread."""
+def _pkey(params: dict[str, Any]) -> str:
+    return repr(sorted(params.items()))
+
+
+def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Finalist configs with their reruns: per config the throughput of each run and the spread. `picks` is
+    best.json's "finalists" (trial + params of each pick); without it the pick is the first other trial
+    (baseline or search) with the same params."""
     groups: dict[str, dict[str, Any]] = {}
     for t in sorted(trials, key=lambda t: t.trial):
+        if t.role == "finalist":
+            g = groups.setdefault(_pkey(t.params), {"params": dict(t.params), "runs": []})
+            g["runs"].append({"trial": t.trial, "attempt": t.attempt, "status": t.status,
+                              "output_throughput": t.best_output_throughput,
+                              "max_stable_concurrency": t.max_stable_concurrency})
+    origin = {_pkey(p.get("params") or {}): p.get("trial") for p in picks or [] if isinstance(p, dict)}
+    for t in sorted(trials, key=lambda t: t.trial):
         if t.role != "finalist":
-            continue
-        key = repr(sorted(t.params.items()))
-        g = groups.setdefault(key, {"params": dict(t.params), "runs": []})
-        g["runs"].append({"trial": t.trial, "attempt": t.attempt, "status": t.status,
-                          "output_throughput": t.best_output_throughput,
-                          "max_stable_concurrency": t.max_stable_concurrency})
+            origin.setdefault(_pkey(t.params), t.trial)
     out = []
     for key, g in groups.items():
-        origin = next((t.trial for t in trials
-                       if t.role == "search" and repr(sorted(t.params.items())) == key), None)
         tps = [r["output_throughput"] for r in g["runs"] if r["status"] == "ok"]
-        out.append({**g, "search_trial": origin, "ok_runs": len(tps),
+        out.append({**g, "search_trial": origin.get(key), "ok_runs": len(tps),
                     "mean_output_throughput": statistics.fmean(tps) if tps else 0.0,
                     "min_output_throughput": min(tps, default=0.0),
                     "max_output_throughput": max(tps, default=0.0)})

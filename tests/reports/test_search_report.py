@@ -1,0 +1,85 @@
+"""The report on what the real search writes: run_search on the stand-in's virtual model (seconds), with an
+evaluate hook that records each trial through StudyStore the way the trial engine does. Catches drift between
+best.json / study.db / trial files and what the report reads."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from tunectl.reports.data import load_study
+from tunectl.reports.render import compute, render
+from typer.testing import CliRunner
+
+from tunectl.cli import app
+from tunectl.models import LaunchPlan, TrialResult
+from tunectl.profile import Profile
+from tunectl.store import StudyStore, read_json
+
+run_search = pytest.importorskip("tunectl.study").run_search
+virtual = pytest.importorskip("tunectl.virtual")
+
+PROFILE = {
+    "name": "report-e2e", "model": {"path": "zai-org/GLM-5-NVFP4"},
+    "server": {"engine": "sim",
+               "flags": {"tp-size": 8, "kv-cache-dtype": "fp8_e4m3", "attention-backend": "nsa"}},
+    "search": {"trials": 10, "finalists": {"top_k": 2, "reruns": 2}, "space": {
+        "disable-cuda-graph": {"type": "bool", "default": False},
+        "max-running-requests": {"type": "int", "choices": [64, 256, 1024, 2048], "default": 64},
+        "moe-runner-backend": {"type": "categorical", "choices": ["flashinfer_cutlass", "triton"],
+                               "default": "flashinfer_cutlass"},
+        "mem-fraction-static": {"type": "float", "low": 0.8, "high": 0.94, "step": 0.02, "default": 0.88}}},
+    "bench": {"levels": [1, 4, 16, 64, 256, 512]},
+}
+
+
+def _engine(prof: Profile, store: StudyStore):
+    evaluate = virtual.VirtualEvaluator(prof)
+
+    def run(n: int, params: dict, role: str, should_prune=None) -> TrialResult:
+        flags, env, patches = virtual.plan_inputs(prof, params)
+        argv = ["python3", "-m", "sglang.launch_server", "--model-path", prof.model.path]
+        for k, v in flags.items():
+            argv += [f"--{k}"] if v is True else [] if v is False else [f"--{k}", str(v)]
+        plan = LaunchPlan(argv=argv, config=flags, env=env, patches=patches, params=dict(params))
+        store.write_launch(n, plan, yaml.safe_dump(flags))
+        res = evaluate(n, params, role, should_prune)
+        res.launch = plan
+        for lv in res.levels:
+            store.write_level(n, lv)
+        store.write_log(n, res.crash.exception_line if res.crash else "")
+        store.write_trial(res)
+        return res
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, StudyStore]:
+    root = tmp_path_factory.mktemp("e2e")
+    prof = Profile.model_validate(PROFILE)
+    store = StudyStore(prof.name, root)
+    run_search(prof, root=root, evaluate=_engine(prof, store))
+    return root, store
+
+
+def test_report_reads_what_the_search_wrote(searched):
+    _, store = searched
+    best_json = store.read_best()
+    r = compute(load_study(store))
+    assert r["summary"]["best"]["trial"] == best_json["best"]["trial"]
+    assert r["importance"]["method"].startswith("optuna")
+    assert set(r["importance"]["values"]) <= set(PROFILE["search"]["space"])
+    picks = {f["trial"] for f in best_json["finalists"]}
+    assert {g["search_trial"] for g in r["finalists"]} == picks
+    assert {t["trial"] for t in r["trials"]} == set(store.trial_numbers())
+    assert 'id="fig-throughput"' in render(r)
+
+
+def test_best_command_is_the_winners_launch(searched):
+    root, store = searched
+    res = CliRunner().invoke(app, ["best", "--study", store.name, "--results", str(root)])
+    assert res.exit_code == 0, res.output
+    n = store.read_best()["best"]["trial"]
+    assert shlex.split(res.stdout.strip()) == read_json(store.trial_dir(n) / "launch.json")["argv"]
