@@ -99,7 +99,7 @@ class _Stream:
 
 
 async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: str, p: Prompt,
-               rec: ReqRecord) -> None:
+               rec: ReqRecord, counters: Any) -> None:
     path, payload = _payload(backend, model, p)
     rec.start = time.perf_counter()
     stream = _Stream(rec, backend)
@@ -109,7 +109,7 @@ async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: s
             return
         async for line in resp.content:
             if line.startswith(b"data:"):
-                stream.on_body(line[5:].strip(), time.perf_counter())
+                counters[2] += stream.on_body(line[5:].strip(), time.perf_counter())
     rec.output_len = stream.output_len()
     rec.success = stream.done and rec.output_len > 0
     if not rec.success:
@@ -121,7 +121,8 @@ class _Share:
                  should_abort: Callable[[], bool], counters: Any):
         self.base, self.backend, self.model = base.rstrip("/"), backend, model
         self.prompts, self.concurrency = prompts, concurrency
-        self.should_abort, self.counters = should_abort, counters
+        self.should_abort = should_abort
+        self.counters = counters if counters is not None else [0, 0, 0]
         self.next = 0
         self.res = ShareResult(records=[], t0=0.0, t_end=0.0)
 
@@ -132,7 +133,7 @@ class _Share:
             rec = ReqRecord(input_len=p.input_len)
             self.res.records.append(rec)
             try:
-                await _one(session, self.base, self.backend, self.model, p, rec)
+                await _one(session, self.base, self.backend, self.model, p, rec, self.counters)
             except aiohttp.ClientConnectorError as e:
                 rec.error = f"connection refused: {e}"
                 self.res.server_gone = True
@@ -143,9 +144,7 @@ class _Share:
     def _count(self, rec: ReqRecord) -> None:
         if rec.error and len(self.res.errors) < MAX_ERRORS:
             self.res.errors.append(rec.error)
-        if self.counters is not None:
-            self.counters[0 if rec.success else 1] += 1
-            self.counters[2] += rec.output_len if rec.success else 0
+        self.counters[0 if rec.success else 1] += 1
 
     async def watch(self, tasks: list[asyncio.Task[None]]) -> None:
         last = time.perf_counter()

@@ -9,7 +9,8 @@ Public API:
 - `LevelMetrics`: `metrics` (exactly `sglang.bench_serving`'s result keys, see `_bench_metrics.METRIC_KEYS`,
   in modeled units: wall times / time_scale), `completed`, `failed`, `errors` (first few), `client_bound`,
   `wall_s`, `aborted`, `server_gone`, `processes`, `client` (lag/CPU evidence for client_bound).
-- `progress(dict)`: called about every 0.25 s with done / failed / total / output_tokens (token-progress evidence).
+- `progress(dict)`: called about every 0.25 s with done / failed / total / output_tokens (tokens streamed so far,
+  counted chunk by chunk: the token-progress evidence for hang detection).
 
 Never fooled: a failed request contributes nothing; a level whose server died reports failed > 0 and
 completed < num_prompts; token counts are what the server streamed, never the planned lengths. When a request

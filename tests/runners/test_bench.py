@@ -79,6 +79,14 @@ def test_split_over_processes_gives_the_same_answer(server: str) -> None:
     assert seen and seen[-1]["total"] == 32
 
 
+def test_progress_counts_tokens_while_requests_stream(server: str) -> None:
+    seen: list[dict] = []
+    res = _run(server, conc=2, n=2, out=60, progress=seen.append)     # ~1.2 s per request
+    during = [d for d in seen if d["done"] == 0]
+    assert during and max(d["output_tokens"] for d in during) > 10       # evidence before anything completes
+    assert res.completed == 2
+
+
 def test_a_dying_server_is_never_reported_as_planned_tokens() -> None:
     proc, url = fake.start(itl_ms=20, ttft_ms=20, die_after=6)      # warmup (1) + 5 requests, then exit 137
     try:
