@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tunectl.models import LevelResult, TrialResult
-from tunectl.store import StudyStore, read_json
+from tunectl.store import StudyStore, read_json, redact_text
 
 FINISHED = ("ok", "crashed", "pruned")
 LATENCY_KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -144,7 +144,7 @@ def summary(data: StudyData) -> dict[str, Any]:
         "concurrency": peak.concurrency if peak else None,
         "max_stable_concurrency": best.max_stable_concurrency,
         "latencies": {k: peak.metrics.get(k) for k in LATENCY_KEYS} if peak else {},
-        "command": shlex.join(argv) if argv else "", "argv": argv,
+        "command": redact_text(shlex.join(argv)) if argv else "", "argv": argv,
         "host": best.host, "sglang_version": best.sglang_version, "patch_hashes": dict(best.patch_hashes)}
     if best_info(data).get("confirmed_value") is not None:
         out["best"]["confirmed_value"] = best_info(data)["confirmed_value"]   # mean of its finalist reruns

@@ -11,9 +11,10 @@ from tunectl.reports.data import load_study
 from tunectl.reports.export import frames
 from typer.testing import CliRunner
 
+from tests.reports.fixtures import build_search_study
 from tunectl.cli import app
 from tunectl.profile import load_profile
-from tunectl.store import StudyStore, read_json
+from tunectl.store import StudyStore, read_json, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 K2 = REPO / "profiles" / "k2-thinking-reference.yaml"
@@ -130,3 +131,20 @@ def test_report_falls_back_to_the_k2_reference_profile(results_root, tmp_path, m
     assert "K2-Thinking reference (5,816 tok/s, as reported)" in page
     flags_section = page.split("<section id='flags'>", 1)[1].split("</section>", 1)[0]
     assert "<th>reference</th>" in flags_section and "flashinfer_cutlass" in flags_section
+
+
+def test_no_studies_is_one_line(tmp_path):
+    res = run(tmp_path / "results", "report")
+    assert res.exit_code == 2 and "no studies yet" in res.output and "Traceback" not in res.output
+
+
+def test_an_api_key_in_the_winners_argv_stays_out_of_the_report(tmp_path):
+    store = build_search_study(tmp_path, with_db=False)
+    n = store.read_best()["best"]["trial"]
+    launch = read_json(store.trial_dir(n) / "launch.json")
+    launch["argv"] += ["--api-key", "s3cret"]
+    write_json(store.trial_dir(n) / "launch.json", launch)
+    res = run(tmp_path, "report", "--study", store.name)
+    assert res.exit_code == 0, res.output
+    page = (store.dir / "report.html").read_text()
+    assert "s3cret" not in page and "--api-key &lt;redacted&gt;" in page
