@@ -18,7 +18,7 @@ from tunectl.profile import Profile
 from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
 from tunectl.search.pruning import make_pruner
-from tunectl.search.sampler import random_params
+from tunectl.search.sampler import LOCAL_EVERY, TPE_STARTUP, neighbours, random_params
 from tunectl.search.space import baseline_params, config_key, suggest
 from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
 
@@ -58,6 +58,8 @@ class SearchLoop:
         self.state, self.heartbeat_s = state, heartbeat_s
         self.stats = LoopStats()
         self.rng = random.Random(seed)
+        self.local_steps = prof.search.sampler == "tpe"
+        self._turn = 0
 
     def emit(self, kind: str, **data: Any) -> None:
         if self.hooks.on_event is not None:
@@ -83,6 +85,7 @@ class SearchLoop:
         dup_run = 0
         while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
             optuna.storages.fail_stale_trials(self.study)
+            self._maybe_local_step()
             trial = self.study.ask()
             outcome = self.run_one(trial)
             dup_run = dup_run + 1 if outcome == "duplicate" else 0
@@ -90,6 +93,24 @@ class SearchLoop:
                 self.stats.exhausted = True
                 self.emit("exhausted", trials=self.stats.evaluated)
                 return
+
+    def _maybe_local_step(self) -> None:
+        if self.local_steps is False or self._waiting():
+            return
+        trials = self.trials()
+        done = [t for t in trials if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        self._turn += 1
+        if len(done) < TPE_STARTUP or self._turn % LOCAL_EVERY:
+            return
+        best = fin.candidates(trials)
+        if not best:
+            return
+        history = [(t.params, "crash_class" in t.user_attrs or t.state != TrialState.COMPLETE,
+                    t.values[0] if t.values else 0.0) for t in done]
+        seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
+        cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, history)
+        if cands:
+            self.study.enqueue_trial(cands[0], user_attrs={"role": "search", "proposed_by": "local"})
 
     def _waiting(self) -> bool:
         return any(t.state == TrialState.WAITING for t in self.trials())

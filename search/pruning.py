@@ -1,8 +1,9 @@
 """Pruning on the concurrency ladder.
 
-Each stable level is reported to Optuna as an intermediate value (step = position on the ladder). A config whose
-throughput at a level is below `margin` x the best seen at that same level (over finished feasible trials) stops
-after `min_levels` levels. The time the skipped levels would have taken is estimated from the trials that ran them.
+Each stable level is reported to Optuna as an intermediate value (step = position on the ladder). After
+`min_levels` levels a config stops early when it is clearly worse than the best seen at the same level (below
+`margin` x that best), or when it cannot reach the incumbent even if it scaled from here like the best-scaling
+finished trial did. The time the skipped levels would have taken is estimated from the trials that ran them.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from tunectl.models import LevelResult
 from tunectl.profile import Pruning
 
 LevelKey = tuple[str, int]
+MIN_FEASIBLE_FOR_BOUND = 5      # scaling bounds need a few finished configs before they are trusted
+BOUND_SLACK = 1.1
 
 
 def _ladders(trials: list[FrozenTrial]) -> list[list[list[Any]]]:
@@ -34,6 +37,27 @@ def best_per_level(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
     return best
 
 
+def scaling_bounds(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
+    """Per level: the largest ratio (final best / throughput at that level) any finished feasible trial showed."""
+    bound: dict[LevelKey, float] = {}
+    for t in trials:
+        ladder = t.user_attrs.get("ladder")
+        if t.state != TrialState.COMPLETE or not isinstance(ladder, list) or not t.values:
+            continue
+        if any(v > 0 for v in t.constraints.values()):
+            continue
+        for workload, conc, status, thr, _dur in ladder:
+            if status == "ok" and thr > 0:
+                key = (workload, int(conc))
+                bound[key] = max(bound.get(key, 0.0), t.values[0] / thr)
+    return bound
+
+
+def incumbent(trials: list[FrozenTrial]) -> float:
+    return max((t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values
+                and all(v <= 0 for v in t.constraints.values())), default=0.0)
+
+
 def mean_durations(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
     seen: dict[LevelKey, list[float]] = {}
     for ladder in _ladders(trials):
@@ -50,6 +74,10 @@ class LadderPruner:
                  planned: list[LevelKey] | None = None):
         self.cfg = cfg
         self.best = best_per_level(trials)
+        self.bounds = scaling_bounds(trials)
+        self.incumbent = incumbent(trials)
+        self.n_feasible = sum(1 for t in trials if t.state == TrialState.COMPLETE
+                              and all(v <= 0 for v in t.constraints.values()))
         self.durations = mean_durations(trials)
         self.trial = trial
         self.planned = planned or []
@@ -67,10 +95,15 @@ class LadderPruner:
             self.trial.report(lv.output_throughput, step=self.seen - 1)
         if not self.cfg.enabled or self.seen < self.cfg.min_levels:
             return False
-        ref = self.best.get((lv.workload, lv.concurrency))
-        if ref is None or lv.output_throughput >= self.cfg.margin * ref:
+        key = (lv.workload, lv.concurrency)
+        ref = self.best.get(key)
+        clearly_worse = ref is not None and lv.output_throughput < self.cfg.margin * ref
+        # even scaling up like the best-scaling finished trial did, it could not reach the incumbent
+        hopeless = (self.n_feasible >= MIN_FEASIBLE_FOR_BOUND and key in self.bounds
+                    and lv.output_throughput * self.bounds[key] * BOUND_SLACK < self.incumbent)
+        if not (clearly_worse or hopeless):
             return False
-        self.pruned_at = (lv.workload, lv.concurrency)
+        self.pruned_at = key
         return True
 
     def saved_s(self) -> float:

@@ -124,10 +124,11 @@ def config_key(params: dict[str, Any]) -> str:
 def _numeric_points(spec: ParamSpec, points: int) -> list[Any]:
     assert spec.low is not None and spec.high is not None
     lo, hi = spec.low, spec.high
-    if spec.type == "int" and spec.step:
-        vals = list(range(int(lo), int(hi) + 1, int(spec.step)))
-        if len(vals) <= points:
-            return vals
+    if spec.step and not spec.log:
+        count = int(round((hi - lo) / spec.step)) + 1
+        if count <= 2 * points:
+            return [type(lo)(round(lo + i * spec.step, 6)) if spec.type == "float" else int(lo + i * spec.step)
+                    for i in range(count)]
     if spec.log:
         raw = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
     else:

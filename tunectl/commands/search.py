@@ -1,0 +1,147 @@
+"""`tunectl search`: the main job. A crash-aware Optuna study over the profile's search space."""
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from tunectl.cli import app
+from tunectl.commands._common import console, get_profile, one_line_errors
+from tunectl.errors import UsageError
+from tunectl.store import DEFAULT_ROOT
+
+
+class Progress:
+    """The live view: trial n/N, current config, level, best so far, ETA. Fed by run_search's events."""
+
+    def __init__(self, total: int):
+        self.total, self.started = total, time.monotonic()
+        self.done = 0
+        self.trial: Any = "-"
+        self.role = ""
+        self.params: dict[str, Any] = {}
+        self.level = ""
+        self.best: float | None = None
+        self.last = ""
+        self.live = Live(self.render(), console=console, refresh_per_second=4, transient=True)
+
+    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "trial_start":
+            self.trial, self.role, self.params = data["n"], data["role"], data["params"]
+            self.done, self.level = max(self.done, data.get("done", 0)), "starting"
+        elif kind == "trial_end":
+            self.best = data.get("best")
+            self.done += data["role"] in ("search", "baseline")
+            self.last = f"trial {data['n']}: {data['reason']}" + (
+                f", {data['values'][0]:,.0f} tok/s" if data.get("values") else "")
+            console.print(Text(f"  {self.last}", style="red" if not data.get("feasible") else ""))
+        elif kind == "finalists":
+            self.level = f"confirming finalists {data['picks']} x{data['reruns']}"
+        elif kind == "level" and isinstance(data.get("level"), dict):
+            lv = data["level"]
+            thr = lv.get("metrics", {}).get("output_throughput", 0.0)
+            self.level = f"c={lv['concurrency']} {lv['status']} {thr:,.0f} tok/s"
+        elif "concurrency" in data:
+            self.level = f"c={data['concurrency']} running"
+        elif "phase" in data:
+            self.level = str(data["phase"])
+        self.live.update(self.render())
+
+    def render(self) -> Table:
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * max(0, self.total - self.done) if self.done else None
+        t = Table.grid(padding=(0, 2))
+        t.add_row("trial", f"{self.trial} ({self.role})  {min(self.done, self.total)}/{self.total} done")
+        t.add_row("config", " ".join(f"{k}={v}" for k, v in self.params.items()) or "-")
+        t.add_row("level", self.level or "-")
+        t.add_row("best", f"{self.best:,.0f} tok/s" if self.best else "-")
+        t.add_row("time", f"{elapsed:.0f}s elapsed" + (f", ETA {eta:.0f}s" if eta is not None else ""))
+        return t
+
+
+def _ladder_table(ladder: list[list[Any]]) -> Table:
+    t = Table(title="winner's ladder", show_lines=False)
+    for col in ("workload", "concurrency", "status", "output tok/s"):
+        t.add_column(col, justify="right" if col != "workload" else "left")
+    for workload, conc, status, thr, _dur in ladder:
+        t.add_row(str(workload), str(conc), str(status), f"{thr:,.0f}")
+    return t
+
+
+def _finalists_table(verdicts: list[dict[str, Any]]) -> Table:
+    t = Table(title="finalists (re-run on fresh launches)")
+    for col in ("trial", "search tok/s", "reruns", "mean tok/s", "verdict"):
+        t.add_column(col)
+    for v in verdicts:
+        runs = ", ".join(f"{r['value']:,.0f}" if r["feasible"] else f"crash({r['crash_class']})" for r in v["runs"])
+        t.add_row(str(v["trial"]), f"{v['search_value']:,.0f}", runs or "-", f"{v['score']:,.0f}",
+                  Text(v["reason"], style="green" if v["survived"] else "red"))
+    return t
+
+
+def show(out: dict[str, Any]) -> None:
+    console.print(f"[bold]study[/bold] {out['study']}: {out['trials']} search trials "
+                  f"({out['crashed']} crashed, {out['pruned']} pruned, {out['duplicates']} duplicate proposals, "
+                  f"{out['retries']} retries) in {out['wall_s']:.0f}s; pruning saved ~{out['saved_s']:.0f}s")
+    if out["finalists"]:
+        console.print(_finalists_table(out["finalists"]))
+    best = out["best"]
+    if best is None:
+        console.print("[red]no stable configuration survived[/red]: see the trials in the report")
+    else:
+        value = best["confirmed_value"] or best["value"]
+        console.print(f"[bold green]best[/bold green]: trial {best['trial']}, {value:,.0f} output tok/s "
+                      f"at concurrency {best.get('best_concurrency')} (first seen at search trial "
+                      f"{out['trials_to_best']})")
+        console.print("  " + " ".join(f"{k}={v}" for k, v in best["params"].items()))
+        if best.get("ladder"):
+            console.print(_ladder_table(best["ladder"]))
+        if best.get("argv"):
+            console.print("[bold]launch command[/bold]:", shlex.join(best["argv"]), soft_wrap=True, highlight=False)
+        if best.get("config_file"):
+            console.print(f"[bold]config file[/bold]: {best['config_file']}")
+    console.print(f"results: {out['results_dir']} (best.json, trials/, study.db); storage {out['storage']}")
+
+
+@app.command()
+@one_line_errors
+def search(trials: Optional[int] = typer.Option(None, "--trials", "-n", help="search trials (default: profile)"),
+           profile: Optional[Path] = typer.Option(None, "--profile", "-p", help="profile YAML (default: sim-glm5)"),
+           study: Optional[str] = typer.Option(None, "--study", help="study name (default: the profile's name)"),
+           storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: SQLite "
+                                                 "results/<study>/study.db; postgresql://... for many workers)"),
+           seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed (default: profile)"),
+           as_json: bool = typer.Option(False, "--json", help="print one JSON document, no progress view"),
+           virtual: bool = typer.Option(False, "--virtual", help="evaluate on the stand-in's virtual-clock model "
+                                        "(no processes; seconds for a whole study; sim profiles only)"),
+           root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
+    """Search the profile's flags for the fastest configuration that does not crash; rerun reruns resume."""
+    import optuna
+
+    from tunectl.study import run_search
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    prof = get_profile(profile)
+    evaluate = None
+    if virtual:
+        if prof.server.engine != "sim":
+            raise UsageError(f"--virtual: profile {prof.source}: server.engine is {prof.server.engine!r}; "
+                             "the virtual model needs 'sim'")
+        from tunectl.virtual import VirtualEvaluator
+
+        evaluate = VirtualEvaluator(prof, prof.search.seed if seed is None else seed)
+    if as_json:
+        out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate).to_dict()
+        print(json.dumps(out, indent=2, default=str))
+        return
+    view = Progress(trials or prof.search.trials)
+    with view.live:
+        out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate).to_dict()
+    show(out)
