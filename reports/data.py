@@ -75,6 +75,13 @@ def fmt_value(v: Any) -> str:
     return "true" if v is True else "false" if v is False else str(v)
 
 
+def fmt_cell(v: Any) -> str:
+    """Throughputs and latencies with one decimal; knob values (0.88) as set, without float noise."""
+    if isinstance(v, float) and abs(v) >= 100:
+        return f"{v:,.1f}"
+    return fmt_value(v)
+
+
 def fmt_params(params: dict[str, Any], sep: str = " ") -> str:
     return sep.join(f"{k}={fmt_value(v)}" for k, v in params.items())
 

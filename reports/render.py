@@ -13,6 +13,7 @@ from tunectl.reports.data import (
     StudyData,
     baseline_trial,
     best_trial,
+    fmt_cell,
     fmt_params,
     history,
     pareto,
@@ -47,14 +48,9 @@ def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
             "flag_diff": flag_diff(data), "trials": trial_rows(data, log_prefix)}
 
 
-def _num(v: float) -> str:
-    """Throughputs and latencies with one decimal; flag values (0.88) as set, without float noise."""
-    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.6g}"
-
-
 def _e(v: Any) -> str:
     if isinstance(v, float):
-        return _num(v)
+        return fmt_cell(v)
     if isinstance(v, dict):
         return html.escape(fmt_params(v, "\n")).replace("\n", "<br>") or "(base flags)"
     return html.escape("" if v is None else str(v))

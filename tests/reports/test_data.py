@@ -7,7 +7,15 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from tunectl.reports.data import best_trial, history, load_study, pareto, summary, throughput_curves
+from tunectl.reports.data import (
+    best_trial,
+    fmt_cell,
+    history,
+    load_study,
+    pareto,
+    summary,
+    throughput_curves,
+)
 from tunectl.reports.importance import importance
 from tunectl.reports.render import compute, render
 from tunectl.reports.tables import crash_map, finalists, trial_rows
@@ -230,3 +238,8 @@ def test_torn_trial_json_is_skipped(tmp_path):
     (store.trial_dir(1) / "trial.json").write_text('{"trial": 1, "sta')
     d = load_study(store)
     assert 1 not in {t.trial for t in d.trials} and len(d.trials) == 10
+
+
+def test_cells_show_metrics_with_one_decimal_and_knobs_as_set():
+    assert fmt_cell(1522.587) == "1,522.6" and fmt_cell(0.88) == "0.88"
+    assert fmt_cell(0.8400000000000001) == "0.84" and fmt_cell(True) == "true" and fmt_cell(64) == "64"

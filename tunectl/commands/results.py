@@ -76,7 +76,7 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
 @one_line_errors
 def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     """Table of all trials of a study."""
-    from tunectl.reports.data import load_study
+    from tunectl.reports.data import fmt_params, load_study
     from tunectl.reports.tables import trial_rows
 
     store = _store(study, root)
@@ -87,7 +87,7 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
                        overflow="fold")
     style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan"}
     for r in rows:
-        flags = " ".join(f"{k}={v}" for k, v in r["key_flags"].items()) or "(as baseline)"
+        flags = fmt_params(r["key_flags"]) or "(as baseline)"
         flags = "(baseline)" if r["role"] == "baseline" else flags
         crash = f"{r['crash_class']} @c={r['crashed_at']}" if r["crash_class"] else ""
         tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
@@ -153,9 +153,9 @@ def diff(a: Annotated[str, typer.Argument(help="study:trial, a study (its best),
 
 
 def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.1f}" if isinstance(v, float) else str(v)
+    from tunectl.reports.data import fmt_cell
+
+    return "-" if v is None else fmt_cell(v)
 
 
 @app.command()
