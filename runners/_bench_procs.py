@@ -1,9 +1,12 @@
 """Split one level over worker processes: each runs its own event loop on a share of the streams.
 
-Workers are spawned (not forked: the caller has threads), wait on a barrier so they start together, and send
+Workers come from a fork server (the caller has threads, so no plain fork; the server is started once per
+process with the client modules preloaded, so later levels start their workers in milliseconds), wait on a
+barrier so they start together, and send
 back their `ShareResult`; times are `perf_counter` (CLOCK_MONOTONIC, common to all processes), so the parent
 merges records directly. The parent turns `abort` into a shared event the workers poll, and a worker that dies
-counts its requests as failed.
+counts its requests as failed; after an abort, workers that do not answer
+within ABORT_GRACE_S are killed, so a level ends within about a second of a crash.
 """
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ from typing import Any
 from tunectl.runners._bench_client import ShareResult, run_share
 from tunectl.runners._bench_workload import Prompt
 
-_CTX = mp.get_context("spawn")
+_CTX = mp.get_context("forkserver")
+_CTX.set_forkserver_preload(["tunectl.runners._bench_client", "tunectl.runners._bench_workload"])
+ABORT_GRACE_S = 0.5         # after an abort, workers that have not answered by then are killed
 
 
 def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt], conc: int, barrier: Any, stop: Any,
@@ -64,42 +69,58 @@ def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt]
                                   results)) for i, (part, conc) in enumerate(parts)]
     for w in workers:
         w.start()
-    got = _collect(workers, results, stop, should_abort, counters, len(prompts), progress)
+    got = _collect(workers, results, stop, should_abort, _Reporter(progress, counters, len(prompts)))
+    aborted = should_abort()
+    _reap(workers, 0.2 if aborted else 5.0)
+    shares = [got.get(i) or _lost(i) for i in range(procs)]
+    for res in shares:
+        res.aborted = res.aborted or aborted
+    return shares
+
+
+def _reap(workers: list[Any], grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
     for w in workers:
-        w.join(timeout=5)
+        w.join(timeout=max(0.0, deadline - time.monotonic()))
+    for w in workers:
         if w.is_alive():
             w.kill()
-    return [got.get(i) or _lost(i) for i in range(procs)]
+    for w in workers:
+        w.join(timeout=5)
 
 
-def _totals(counters: Any, n: int) -> list[int]:
-    return [sum(counters[k::3]) for k in range(3)][:n]
+class _Reporter:
+    def __init__(self, progress: Callable[[dict[str, Any]], None] | None, counters: Any, total: int):
+        self.progress, self.counters, self.total, self.next = progress, counters, total, 0.0
+
+    def __call__(self) -> None:
+        if self.progress and time.monotonic() >= self.next:
+            done, failed, toks = (sum(self.counters[k::3]) for k in range(3))
+            self.progress({"done": done, "failed": failed, "total": self.total, "output_tokens": toks})
+            self.next = time.monotonic() + 0.25
 
 
-def _collect(workers: list[Any], results: Any, stop: Any, should_abort: Callable[[], bool], counters: Any,
-             total: int, progress: Callable[[dict[str, Any]], None] | None) -> dict[int, ShareResult]:
+def _collect(workers: list[Any], results: Any, stop: Any, should_abort: Callable[[], bool],
+             report: _Reporter) -> dict[int, ShareResult]:
+    """Gather the workers' results; after an abort wait at most ABORT_GRACE_S for them."""
     got: dict[int, ShareResult] = {}
-    next_report = time.monotonic()
+    abort_at: float | None = None
     while len(got) < len(workers):
-        if should_abort() and not stop.is_set():
+        if abort_at is None and should_abort():
             stop.set()
+            abort_at = time.monotonic()
+        if abort_at is not None and time.monotonic() - abort_at > ABORT_GRACE_S:
+            break
         try:
             idx, res = results.get(timeout=0.05)
             got[idx] = res
         except queue.Empty:
             if all(not w.is_alive() for w in workers) and results.empty():
                 break
-        if progress and time.monotonic() >= next_report:
-            done, failed, toks = _totals(counters, 3)
-            progress({"done": done, "failed": failed, "total": total, "output_tokens": toks})
-            next_report = time.monotonic() + 0.25
-    if should_abort():
-        for res in got.values():
-            res.aborted = True
+        report()
     return got
 
 
 def _lost(idx: int) -> ShareResult:
     now = time.perf_counter()    # no records: its requests count as failed (num_prompts - completed)
-    return ShareResult(records=[], t0=now, t_end=now, errors=[f"client worker {idx} died"])
-
+    return ShareResult(records=[], t0=now, t_end=now, errors=[f"client worker {idx} gave no result"])

@@ -87,7 +87,7 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
               processes: int | Literal["auto"] = "auto", abort: Abort = None) -> LevelMetrics:
     should_abort = _abort_fn(abort)
     procs = auto_processes(concurrency) if processes == "auto" else max(1, int(processes))
-    procs = min(procs, concurrency, num_prompts)
+    procs = max(1, min(procs, concurrency, num_prompts))
     prompts = make_prompts(workload, num_prompts, salt=concurrency)
     out = LevelMetrics(concurrency, num_prompts, workload.kind, processes=procs)
     wall0 = time.perf_counter()
