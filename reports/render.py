@@ -49,7 +49,7 @@ def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
 
 
 def _e(v: Any) -> str:
-    if isinstance(v, float):
+    if isinstance(v, (float, bool)):
         return fmt_cell(v)
     if isinstance(v, dict):
         return html.escape(fmt_params(v, "\n")).replace("\n", "<br>") or "(base flags)"
