@@ -7,6 +7,7 @@ import getpass
 import hashlib
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 
 import paramiko
@@ -157,3 +158,31 @@ def fetch_host_key(hop: Hop, sock: paramiko.Channel | None = None) -> paramiko.P
         return t.get_remote_server_key()
     finally:
         t.close()
+
+
+def collect(chan: paramiko.Channel, deadline: float) -> tuple[str, str, int | None]:
+    """stdout, stderr and exit status of an exec channel; None status when the deadline passed first."""
+    out, err = bytearray(), bytearray()
+    while True:
+        busy = False
+        if chan.recv_ready():
+            out += chan.recv(65536)
+            busy = True
+        if chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)
+            busy = True
+        if busy:
+            continue
+        if chan.exit_status_ready() or chan.closed:
+            break
+        if time.monotonic() > deadline:
+            return out.decode(errors="replace"), err.decode(errors="replace"), None
+        if not chan.get_transport().is_active():
+            raise EOFError("ssh link lost while a command ran")
+        chan.status_event.wait(0.02)
+    while chan.recv_ready():
+        out += chan.recv(65536)
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(65536)
+    code = chan.recv_exit_status() if chan.exit_status_ready() else None
+    return out.decode(errors="replace"), err.decode(errors="replace"), code

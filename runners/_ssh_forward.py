@@ -3,7 +3,7 @@
 forward keeps working after SSHRunner reconnects."""
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 import threading
 from collections.abc import Callable
@@ -40,6 +40,8 @@ class Forward:
             return
         try:
             _pump(conn, chan, self._closed)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass                   # link or peer gone mid-transfer: the client sees the connection close
         finally:
             chan.close()
             conn.close()
@@ -53,17 +55,17 @@ class Forward:
 
 
 def _pump(conn: socket.socket, chan: paramiko.Channel, closed: threading.Event) -> None:
-    while not closed.is_set():
-        ready, _, _ = select.select([conn, chan], [], [], 1.0)
-        if conn in ready:
-            data = conn.recv(65536)
-            if not data:
+    # epoll, not select(): at 512 concurrent requests the descriptors pass select()'s limit of 1024
+    with selectors.DefaultSelector() as sel:
+        sel.register(conn, selectors.EVENT_READ)
+        sel.register(chan, selectors.EVENT_READ)
+        while not closed.is_set():
+            for key, _ in sel.select(1.0):
+                src, dst = (conn, chan) if key.fileobj is conn else (chan, conn)
+                data = src.recv(65536)
+                if not data:
+                    return
+                dst.sendall(data)
+            transport = chan.get_transport()
+            if chan.closed or transport is None or not transport.is_active():
                 return
-            chan.sendall(data)
-        if chan in ready:
-            data = chan.recv(65536)
-            if not data:
-                return
-            conn.sendall(data)
-        if chan.closed or not chan.get_transport().is_active():
-            return

@@ -21,7 +21,7 @@ from typing import Any
 import paramiko
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 from tunectl.runners._base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
-from tunectl.runners._ssh_conn import connect_chain, is_transient, resolve
+from tunectl.runners._ssh_conn import collect, connect_chain, is_transient, resolve
 from tunectl.runners._ssh_forward import Forward
 
 from tunectl.errors import InfraError, RunnerError, TunectlError
@@ -48,6 +48,7 @@ class SSHRunner:
         self._sftp: paramiko.SFTPClient | None = None
         self._last_ok = 0.0
         self._forwards: dict[tuple[str, int], Forward] = {}
+        self.connects = 0                 # successful dials; the link changed when this moved
         self.reconnects = 0
 
     # ------------------------------------------------------------------------------------------ connection
@@ -70,6 +71,8 @@ class SSHRunner:
             raise SSHAuthError(f"ssh {hop.user}@{hop.display}: authentication failed ({e}); load your key into "
                                "ssh-agent or set host.identity_file (passwords are not supported)") from None
         self._last_ok = time.monotonic()
+        self.connects += 1
+        self.reconnects = self.connects - 1
         self.on_event("ssh_connected", {"host": self.alias, "reconnects": self.reconnects})
 
     def _probe(self, t: paramiko.Transport) -> None:
@@ -96,7 +99,6 @@ class SSHRunner:
 
     def _retry(self, fn: Callable[[], Any]) -> Any:
         def before_sleep(state: Any) -> None:
-            self.reconnects += 1
             self._drop()
             self.on_event("ssh_reconnect", {"host": self.alias, "error": repr(state.outcome.exception())})
 
@@ -120,6 +122,12 @@ class SSHRunner:
             self._sftp.get_channel().settimeout(self.op_timeout * 4)
         return self._sftp
 
+    @property
+    def link_epoch(self) -> int:
+        """Changes whenever the link was re-dialled: work spanning a change (a benchmark level through the
+        forward) may have lost requests to the link, not to the server."""
+        return self.reconnects
+
     # ------------------------------------------------------------------------------------------ commands
     def run(self, argv: list[str], timeout: float = 60.0, env: dict[str, str] | None = None,
             cwd: str | None = None, stdin: bytes | None = None) -> Result:
@@ -139,7 +147,7 @@ class SSHRunner:
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err, code = _collect(chan, deadline=start + timeout + 10)
+            out, err, code = collect(chan, deadline=start + timeout + 10)
         finally:
             chan.close()
         self._last_ok = time.monotonic()
@@ -273,29 +281,3 @@ class SSHRunner:
         self._forwards.clear()
         self._drop()
 
-
-def _collect(chan: paramiko.Channel, deadline: float) -> tuple[str, str, int | None]:
-    out, err = bytearray(), bytearray()
-    while True:
-        busy = False
-        if chan.recv_ready():
-            out += chan.recv(65536)
-            busy = True
-        if chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-            busy = True
-        if busy:
-            continue
-        if chan.exit_status_ready() or chan.closed:
-            break
-        if time.monotonic() > deadline:
-            return out.decode(errors="replace"), err.decode(errors="replace"), None
-        if not chan.get_transport().is_active():
-            raise EOFError("ssh link lost while a command ran")
-        chan.status_event.wait(0.02)
-    while chan.recv_ready():
-        out += chan.recv(65536)
-    while chan.recv_stderr_ready():
-        err += chan.recv_stderr(65536)
-    code = chan.recv_exit_status() if chan.exit_status_ready() else None
-    return out.decode(errors="replace"), err.decode(errors="replace"), code
