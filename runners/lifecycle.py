@@ -92,7 +92,9 @@ class Server:
     watcher: LogWatcher = field(default_factory=LogWatcher)
     first_line_at: float | None = None
     log_offset: int = 0                   # bytes of the log read so far
+    pumps: list[float] = field(default_factory=list)  # recent times the log was read
     crash: CrashInfo | None = None
+    detected_at: float | None = None      # monotonic time the crash was first seen
     phase: str = "startup"
     level: int | None = None
 
@@ -103,10 +105,11 @@ class Server:
 
     def pump(self) -> None:
         """Read what the log gained since the last call and feed the watcher."""
+        now = time.monotonic()                # lines read now were written before this instant
+        self.pumps = [*self.pumps[-49:], now]
         data = self.runner.read_file(self.handle.log_path, self.log_offset)
         if data:
             self.log_offset += len(data)
-            now = time.monotonic()
             self.first_line_at = self.first_line_at or now
             self.watcher.feed(data, now)
 
@@ -118,7 +121,7 @@ class Server:
         exit_code = self.runner.poll(self.handle)
         if not self.watcher.crashed and exit_code is None:
             return None
-        detected = time.monotonic()
+        detected = self.detected_at = time.monotonic()
         self._settle(exit_code)
         exit_code = self.runner.poll(self.handle) if exit_code is None else exit_code
         info = self.watcher.crash_info(self.phase, self.level, exit_code, detected_at=detected)
@@ -126,8 +129,15 @@ class Server:
             info = CrashInfo(cls="flaky" if self.phase == "load" else "config_error", signature="unknown",
                              phase=self.phase, level=self.level if self.phase == "load" else None,
                              exit_code=exit_code, message=f"server exited with code {exit_code}")
+        info.detect_latency_s = self._latency_bound(detected, info.detect_latency_s)
         self.crash = info
         return info
+
+    def _latency_bound(self, detected: float, watched: float | None) -> float | None:
+        """Traceback written -> detected, bounded above: it was written after the last read that missed it."""
+        seen = self.watcher.first_traceback_at
+        before = [t for t in self.pumps if seen is not None and t < seen]
+        return round(detected - before[-1], 3) if before else watched
 
     def _settle(self, exit_code: int | None) -> None:
         end = time.monotonic() + SETTLE_S

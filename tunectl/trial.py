@@ -6,8 +6,9 @@ Stable entry point (the search calls exactly this):
     result = run_trial(ctx, n, params, role="sweep", on_event=None, should_prune=None)
 
 - `params`: knob name (profile `search.space`) or SGLang flag name without dashes -> value.
-- `patcher`: an object with `.ensure(patch_ids) -> {id: sha256}` (runners/patches.py) used for engine
-  "sglang"; for engine "sim" the patches travel as env TUNECTL_SIM_PATCHES.
+- `patcher`: an object with `.ensure(patch_ids) -> {id: sha256}`, called before every launch of engine
+  "sglang" (default: runners/patches.Patcher on ctx.runner); for engine "sim" the patches travel as env
+  TUNECTL_SIM_PATCHES.
 - `on_event(kind, data)`: progress for the CLI. kinds: "plan", "launch", "milestone", "ready", "level_start",
   "level", "crash", "teardown", "done".
 - `should_prune(level_result) -> bool`: asked after each stable level; True stops the ladder ("pruned").
@@ -76,8 +77,8 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
                         should_prune: Callable[[LevelResult], bool] | None) -> None:
     prof, runner, store, plan = ctx.profile, ctx.runner, ctx.store, result.launch
     assert plan is not None
-    if plan.patches and prof.server.engine == "sglang" and ctx.patcher is not None:
-        result.patch_hashes = dict(ctx.patcher.ensure(plan.patches))
+    if prof.server.engine == "sglang":
+        result.patch_hashes = dict(_patcher(ctx).ensure(plan.patches))  # also reverts patches not wanted now
     lifecycle.preflight(runner, prof, plan)
     srv = lifecycle.launch(runner, prof, plan, plan_mod.config_yaml(plan))
     _emit(on_event, "launch", pgid=srv.handle.pgid, trial_dir=plan.trial_dir)
@@ -92,13 +93,26 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
         store.write_log(result.trial, srv.tail())
 
 
+def _patcher(ctx: TrialContext) -> Any:
+    if ctx.patcher is None:
+        from tunectl.runners.patches import Patcher
+
+        ctx.patcher = Patcher(ctx.runner, ctx.profile.server.python, ctx.profile.host.workdir)
+    return ctx.patcher
+
+
+def _crash_status(crash: CrashInfo | None) -> str:
+    """A crash that is not the config's fault (port taken at bind time, ...) is an infra result."""
+    return "infra" if crash is not None and crash.cls == "infra" else "crashed"
+
+
 def _measure(ctx: TrialContext, srv: lifecycle.Server, result: TrialResult, on_event: Event | None,
              should_prune: Callable[[LevelResult], bool] | None) -> None:
     prof, store = ctx.profile, ctx.store
     startup = lifecycle.wait_ready(srv, on_event)
     result.startup_phases, result.ready_s = startup.phases, startup.ready_s
     if not startup.ready:
-        result.status, result.crash = "crashed", startup.crash
+        result.status, result.crash = _crash_status(startup.crash), startup.crash
         _emit(on_event, "crash", crash=startup.crash.to_dict() if startup.crash else None)
         return
     _emit(on_event, "ready", ready_s=startup.ready_s)
@@ -114,7 +128,7 @@ def _measure(ctx: TrialContext, srv: lifecycle.Server, result: TrialResult, on_e
     ladder = run_ladder(srv, ctx.levels or prof.bench.levels, prof.bench.workloads, on_level,
                         on_event, should_prune)
     if ladder.crash is not None:
-        result.status, result.crash = "crashed", ladder.crash
+        result.status, result.crash = _crash_status(ladder.crash), ladder.crash
         _emit(on_event, "crash", crash=ladder.crash.to_dict())
     else:
         result.status = "pruned" if ladder.pruned else "ok"

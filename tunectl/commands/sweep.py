@@ -125,7 +125,7 @@ def print_crash(result: TrialResult) -> None:
     if c.exception_line:
         console.print(f"  exception: {c.exception_line}", highlight=False, markup=False)
     if c.exit_code is not None or c.detect_latency_s is not None:
-        console.print(f"  exit code: {c.exit_code}  detected in: {_fmt(c.detect_latency_s, 2)} s", highlight=False)
+        console.print(f"  exit code: {c.exit_code}  detected within {_fmt(c.detect_latency_s, 2)} s of the traceback", highlight=False)
     if c.message:
         console.print(f"  {c.message}", highlight=False, markup=False)
     for line in c.traceback_excerpt.splitlines()[-6:]:
@@ -201,7 +201,9 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
         console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
                       f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False)
     if result.status == "infra":
-        err_console.print(f"[red]error:[/red] {result.crash.message if result.crash else 'infra fault'}",
+        c = result.crash
+        why = (c.exception_line or c.message) if c else "infra fault"
+        err_console.print(f"[red]error:[/red] not the configuration's fault: {why}",
                           highlight=False, soft_wrap=True)
         sys.exit(1)
 
