@@ -10,6 +10,8 @@ Fields of a `Signature`:
 - `phases`: the phases the signature applies to (empty = all); lets one text map to two ids, e.g.
   CUDA OOM before ready (`cuda_oom_startup`, config_error) vs under load (`cuda_oom_runtime`, load_crash).
 - `fatal`: seeing the text is itself proof that the server is dying, even without a traceback.
+- `generic`: a broad exception (CUDA OOM) that yields to a signature matching the traceback's frames, e.g. an
+  OOM raised inside FlashInfer autotune is `flashinfer_autotune_failed`.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class Signature:
     by_phase: dict[str, str] = field(default_factory=dict)
     phases: tuple[str, ...] = ()
     fatal: bool = False
+    generic: bool = False
 
     def class_for(self, phase: str) -> str:
         return self.by_phase.get(phase, self.cls)
@@ -78,11 +81,12 @@ SIGNATURES: tuple[Signature, ...] = (
          "lower --max-running-requests or concurrency, or give the KV cache more memory"),
     _sig("cuda_oom_startup", _OOM, "config_error",
          "CUDA out of memory before the server was ready",
-         "lower --mem-fraction-static (startup OOM: the static pool leaves no room)", phases=("startup",)),
+         "lower --mem-fraction-static (startup OOM: the static pool leaves no room)", phases=("startup",),
+         generic=True),
     _sig("cuda_oom_runtime", _OOM, "load_crash",
          "CUDA out of memory under load",
          "lower --chunked-prefill-size / --max-running-requests or --mem-fraction-static",
-         phases=("load", "teardown")),
+         phases=("load", "teardown"), generic=True),
     _sig("illegal_memory_access", r"an illegal memory access was encountered|cudaErrorIllegalAddress", "flaky",
          "CUDA illegal memory access (kernel bug for a feature combination)",
          "retry once on a clean GPU; disable CUDA graphs / speculative decoding to isolate"),

@@ -102,10 +102,14 @@ def _earliest(sigs: list[Signature], lines: list[str]) -> Signature | None:
 
 
 def _pick(lines: list[str], start: int, block: list[str], exc: str, phase: str) -> Signature | None:
+    """Exception line first (unless it is only a generic OOM and the frames say more), then the frames,
+    then the earliest catalog text around the death."""
     sigs = [s for s in SIGNATURES if s.applies(phase)]
-    frames = [ln for ln in block if ln.strip() != exc]
-    return ((_match(sigs, exc) if exc else None) or _match(sigs, "\n".join(frames))
-            or _earliest(sigs, lines[max(0, start - 200):]))
+    frames = _match(sigs, "\n".join(ln for ln in block if ln.strip() != exc))
+    by_exc = _match(sigs, exc) if exc else None
+    if by_exc and not (by_exc.generic and frames):
+        return by_exc
+    return frames or by_exc or _earliest(sigs, lines[max(0, start - 200):])
 
 
 def _unknown_class(phase: str) -> str:

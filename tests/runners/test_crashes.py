@@ -85,6 +85,10 @@ CASES = [  # (signature, text, phase, expected class)
      in_traceback("RuntimeError: trtllm_fp4_block_scale_moe failed with error code 700",
                   frames=(('  File "/sgl/sglang/srt/model_executor/runner/flashinfer_autotune.py", line 310, '
                           'in _flashinfer_autotune'),)), "startup", "config_error"),
+    ("flashinfer_autotune_failed",
+     in_traceback("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB.",
+                  frames=(('  File "/sgl/sglang/srt/model_executor/model_runner.py", line 1735, in '
+                          '_flashinfer_autotune'),)), "startup", "config_error"),
     ("scheduler_died_init",
      (f"{TS} Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common "
      "cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.\n"), "startup", "infra"),
