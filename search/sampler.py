@@ -78,7 +78,8 @@ History = list[tuple[dict[str, Any], bool, float]]   # (params, crashed, stable 
 
 def crash_risk(params: dict[str, Any], history: History) -> float:
     """Crash odds of a config from the crash rate of each of its knob values in the history (Laplace-smoothed);
-    the riskiest knob value decides."""
+    the riskiest knob value decides. (Weighting configs near the candidate instead measured worse in
+    bench/search_efficiency.py.)"""
     risk = 0.0
     for name, value in params.items():
         same = [crashed for p, crashed, _ in history if p.get(name) == value]
@@ -118,3 +119,4 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
             keys.add(key)
             out.append((-predicted_value(cand, history), len(move), rng.random(), cand))
     return [c for *_, c in sorted(out, key=lambda x: x[:3])]
+
