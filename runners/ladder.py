@@ -73,11 +73,21 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
             box["error"] = f"{type(e).__name__}: {e}"
 
     th = threading.Thread(target=client, daemon=True, name=f"level-{concurrency}")
-    t0 = time.monotonic()
+    t0, epoch = time.monotonic(), _link_epoch(server)
     th.start()
     crash = _watch(server, th, prog, abort, concurrency, t0)
     th.join(timeout=30)
-    return _level_result(w, concurrency, box, crash, time.monotonic() - t0)
+    lv = _level_result(w, concurrency, box, crash, time.monotonic() - t0)
+    if lv.status == "failed" and _link_epoch(server) != epoch:
+        lv.crash = CrashInfo(cls="infra", signature="link_lost", phase="load", level=concurrency,
+                             message=f"the link to {server.runner.name} was re-dialled during the level: requests "
+                                     "were lost to the link, not to the server")
+    return lv
+
+
+def _link_epoch(server: Server) -> int:
+    """Runners with a network link (SSH) count re-dials; requests failing across one are not the server's."""
+    return int(getattr(server.runner, "link_epoch", 0))
 
 
 def _watch(server: Server, th: threading.Thread, prog: _Progress, abort: threading.Event, level: int,
@@ -135,7 +145,7 @@ def run_ladder(server: Server, levels: list[int], workloads: list[WorkloadSpec],
             out.levels.append(lv)
             if on_level:
                 on_level(lv)
-            if lv.status == "crashed":
+            if lv.crash is not None:           # crashed, hung, or lost to the link (infra)
                 out.crash = lv.crash
                 return out
             if lv.status == "ok" and should_prune is not None and should_prune(lv):

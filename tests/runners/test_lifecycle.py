@@ -181,3 +181,42 @@ def test_phase_deadlines_scale_with_the_stand_in(tmp_path):
     assert lifecycle.scaled(prof, 1800.0) == pytest.approx(18.0 + lifecycle.PHASE_SLACK_S)
     real = prof.model_copy(update={"server": prof.server.model_copy(update={"engine": "sglang"})})
     assert lifecycle.scaled(real, 1800.0) == 1800.0
+
+
+def test_plan_routes_knobs_to_flags_patches_and_env(tmp_path):
+    from tunectl.profile import ParamSpec
+
+    prof = sim_profile(tmp_path, **{"host.gpus": [2, 3]})
+    prof.search.space["chunk-threshold"] = ParamSpec(type="int", low=1, high=65536,
+                                                     env="SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD")
+    prof.search.space["graphs-off"] = ParamSpec(type="bool", flag="disable-cuda-graph")
+    params = {"graphs-off": True, "flashinfer-cutlass-autotune": True, "chunk-threshold": 16384,
+              "disable-radix-cache": False, "max-running-requests": 1024, "schedule-policy": "fcfs; rm -rf ~"}
+    plan = server.build_plan(prof, params, "rid-1", "/w/rid-1")
+    assert plan.config["disable-cuda-graph"] is True and "graphs-off" not in plan.config
+    assert plan.config["schedule-policy"] == "fcfs; rm -rf ~"          # data in the YAML, never shell text
+    assert plan.patches == ["0001-flashinfer-cutlass-autotune"]
+    assert "flashinfer-cutlass-autotune" not in plan.config
+    assert plan.env["SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD"] == "16384"
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3" and plan.env["TMPDIR"] == "/w/rid-1/tmp"
+    assert plan.env["TUNECTL_SIM_PATCHES"] == "0001-flashinfer-cutlass-autotune"
+    assert "--disable-cuda-graph" in plan.argv and "--disable-radix-cache" not in plan.argv   # store_true, False
+    assert plan.argv[plan.argv.index("--schedule-policy") + 1] == "fcfs; rm -rf ~"
+    assert plan.exec_argv[3:5] == ["--config", "/w/rid-1/config.yaml"]
+
+
+def test_plan_for_real_sglang_has_no_sim_flags(tmp_path):
+    prof = sim_profile(tmp_path, **{"server.engine": "sglang"})
+    plan = server.build_plan(prof, {}, "rid-2", "/w/rid-2")
+    assert plan.argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert not any(a.startswith("--sim-") for a in plan.argv + plan.exec_argv)
+    assert "TUNECTL_SIM_PATCHES" not in plan.env
+
+
+def test_saturation_stops_a_workload_early(tmp_path, started):
+    prof = sim_profile(tmp_path, **{"bench.saturation_stop": 0.5})
+    srv = started(prof)
+    assert lifecycle.wait_ready(srv).ready
+    ladder = run_ladder(srv, [64, 128, 256, 512], prof.bench.workloads)   # capped at 64 running requests
+    assert ladder.crash is None and ladder.saturated == ["random"]
+    assert [lv.concurrency for lv in ladder.levels] == [64, 128]
