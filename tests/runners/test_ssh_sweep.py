@@ -62,6 +62,8 @@ def test_metacharacters_in_flag_values_and_paths_are_data(tmp_path, ssh_home, ss
     doc = sweep(tmp_path, prof, "1")
     assert doc["status"] == "ok", doc.get("crash")
     assert Path(workdir).is_dir()
+    log = (Path(doc["results_dir"]) / "server.log").read_text()
+    assert "served_model_name=\"glm'5; touch PWNED3 $(id)\"" in log      # the server got the value verbatim
     assert not [p for p in tmp_path.rglob("PWNED*")] and not Path.home().joinpath("PWNED").exists()
 
 
