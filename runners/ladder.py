@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+
+from tunectl.runners import bench
+from tunectl.runners.lifecycle import POLL_S, Server, scaled, time_scale
 
 from tunectl.models import CrashInfo, LevelResult
 from tunectl.profile import WorkloadSpec
-from tunectl.runners import bench
-from tunectl.runners.lifecycle import POLL_S, Server, scaled, time_scale
 
 HANG_FLOOR_S = 3.0        # never call a hang faster than this (wall seconds): scheduling noise on busy hosts
 

@@ -17,14 +17,16 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+
+from tunectl.runners._base import ProcHandle, Runner
+from tunectl.runners.crashes import LogWatcher
 
 from tunectl.errors import HostDirtyError
 from tunectl.models import CrashInfo, LaunchPlan
 from tunectl.profile import Profile
-from tunectl.runners._base import ProcHandle, Runner
-from tunectl.runners.crashes import LogWatcher
 
 POLL_S = 0.2
 SETTLE_S = 0.3            # after a death line: let the rest of the traceback land before classifying

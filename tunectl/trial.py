@@ -21,13 +21,15 @@ always runs once the server was started.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tunectl.errors import TunectlError
 from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile
-from tunectl.runners import lifecycle, server as plan_mod
+from tunectl.runners import lifecycle
+from tunectl.runners import server as plan_mod
 from tunectl.runners.ladder import run_ladder
 from tunectl.store import StudyStore
 

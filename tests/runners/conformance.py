@@ -7,7 +7,7 @@ Use it from a test module that provides two fixtures, then imports the classes:
     @pytest.fixture
     def workdir(): ...           # a fresh writable directory (absolute path) on the runner's host
 
-    from tests.runners.conformance import *  # noqa: F401,F403
+    from tests.runners.conformance import *
 
 Optional fixture `runner_factory`: returns a new Runner; the survival test starts a run through it, closes it,
 and checks through `runner` that the run lives on. Everything on the host is done through the runner itself
@@ -23,10 +23,9 @@ import urllib.request
 import uuid
 
 import pytest
-
 from tunectl.runners._base import ProcHandle, ProcInfo, Runner
 
-__all__ = ["TestStartDetached", "TestGroups", "TestRun", "TestFiles", "TestNetwork", "TestShellSafety"]
+__all__ = ["TestFiles", "TestGroups", "TestNetwork", "TestRun", "TestShellSafety", "TestStartDetached"]
 
 HOSTILE = ["x; touch PWNED", "$(touch PWNED)", "`touch PWNED`", "a'b\"c", "line1\nline2", "$HOME", "*"]
 

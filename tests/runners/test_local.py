@@ -7,10 +7,10 @@ import sys
 import time
 
 import pytest
-
 from tunectl.runners.local import LocalRunner
-from tests.runners.conformance import *  # noqa: F401,F403
-from tests.runners.conformance import py, wait_for
+
+from tests.runners.conformance import *
+from tests.runners.conformance import wait_for
 
 
 @pytest.fixture

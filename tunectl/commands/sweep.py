@@ -101,18 +101,20 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 
 def level_table(result: TrialResult) -> Table:
-    tab = Table(title=f"trial {result.trial}: {result.status}")
-    for col in ("workload", "concurrency", "status", "output tok/s", "total tok/s", "TTFT p50 ms", "TTFT p99 ms",
-                "TPOT p50 ms", "TPOT p99 ms", "done/failed"):
+    tab = Table(title=f"trial {result.trial}: {result.status} (latencies in ms)")
+    for col in ("workload", "c", "status", "out tok/s", "total tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
+                "TPOT p99", "done/failed"):
         tab.add_column(col, justify="left" if col in ("workload", "status") else "right")
     style = {"ok": "green", "crashed": "bold red", "failed": "yellow", "pruned": "dim"}
     for lv in result.levels:
         m = lv.metrics
-        flag = " (client-bound)" if lv.client_bound else ""
-        tab.add_row(lv.workload, str(lv.concurrency), f"[{style.get(lv.status, '')}]{lv.status}[/]{flag}",
+        tab.add_row(lv.workload, str(lv.concurrency),
+                    f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else ""),
                     _fmt(m.get("output_throughput")), _fmt(m.get("total_throughput")),
-                    _fmt(m.get("median_ttft_ms")), _fmt(m.get("p99_ttft_ms")), _fmt(m.get("median_tpot_ms"), 2),
-                    _fmt(m.get("p99_tpot_ms"), 2), f"{lv.completed}/{lv.failed_requests}")
+                    _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
+                    _fmt(m.get("p99_tpot_ms")), f"{lv.completed}/{lv.failed_requests}")
+    if any(lv.client_bound for lv in result.levels):
+        tab.caption = "* the benchmark client was busy: the server may do better than measured"
     return tab
 
 
@@ -196,7 +198,7 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
     if as_json:
         print(_json_doc(store, result))
     else:
-        console.print(level_table(result))
+        console.print(level_table(result), width=None if console.is_terminal else max(console.width, 120))
         print_crash(result)
         console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
                       f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False)
