@@ -20,9 +20,9 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from tunectl.search.space import grid_space, is_active, knob_order
 
 from tunectl.profile import Profile, default_profile_path, load_profile
-from tunectl.search.space import grid_space, is_active, knob_order
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
 

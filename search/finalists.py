@@ -11,7 +11,6 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-
 from tunectl.search.space import config_key
 
 SEARCH_ROLES = ("search", "baseline")

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-
-from tunectl.models import LevelResult, TrialResult
-from tunectl.profile import Profile
 from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.sampler import LOCAL_EVERY, TPE_STARTUP, neighbours, random_params
 from tunectl.search.space import baseline_params, config_key, suggest
 from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
+
+from tunectl.models import LevelResult, TrialResult
+from tunectl.profile import Profile
 
 Evaluate = Callable[[int, dict[str, Any], str, Callable[[LevelResult], bool] | None], TrialResult]
 Event = Callable[[str, dict[str, Any]], None]
@@ -128,7 +129,7 @@ class SearchLoop:
     # ------------------------------------------------------------------------------------------ one trial
 
     def run_one(self, trial: optuna.trial.Trial) -> str:
-        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)  # noqa: SLF001
+        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)
         params = suggest(trial, self.prof.search)
         role = str(trial.user_attrs.get("role", "search"))
         if "role" not in trial.user_attrs:
@@ -155,7 +156,7 @@ class SearchLoop:
             pruner.cfg = pruner.cfg.model_copy(update={"enabled": False})   # baseline/finalists run the whole ladder
         self.state.set(trial.number)
         started = time.monotonic()
-        with Heartbeat(self.study._storage, trial._trial_id, self.heartbeat_s):  # noqa: SLF001
+        with Heartbeat(self.study._storage, trial._trial_id, self.heartbeat_s):
             result = self.hooks.evaluate(trial.number, params, role, pruner)
         self.state.clear()
         if result.status == "pruned" and not result.saved_s:
@@ -246,7 +247,7 @@ class SearchLoop:
         while self._waiting():
             optuna.storages.fail_stale_trials(self.study)
             trial = self.study.ask()
-            if "fixed_params" not in self.study._storage.get_trial_system_attrs(trial._trial_id):  # noqa: SLF001
+            if "fixed_params" not in self.study._storage.get_trial_system_attrs(trial._trial_id):
                 trial.set_user_attr("unused", True)      # the queue emptied under us: give the slot back
                 fail_running(self.study, self.study.trials[trial.number])
                 continue

@@ -9,9 +9,9 @@ import random
 from typing import Any
 
 import optuna
+from tunectl.search.space import distribution, grid_space, is_active, knob_order
 
 from tunectl.profile import SearchSpec
-from tunectl.search.space import distribution, grid_space, is_active, knob_order
 
 # Random trials before TPE models the space. Optuna's default is 10; a smaller start pays off on 40-trial budgets
 # (measured by bench/search_efficiency.py).

@@ -11,8 +11,7 @@ import math
 from typing import Any
 
 import optuna
-from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
-                                  IntDistribution)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from tunectl.profile import ParamSpec, Profile, SearchSpec
 

@@ -11,18 +11,21 @@
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import re
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from tunectl.errors import UsageError
 
@@ -57,7 +60,7 @@ def requeue(study: optuna.Study, t: FrozenTrial, reason: str, **bump: int) -> No
 def fail_running(study: optuna.Study, t: FrozenTrial) -> bool:
     """FAIL a RUNNING trial; False if someone else finished it first."""
     try:
-        return bool(study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL))  # noqa: SLF001
+        return bool(study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
     except Exception:  # UpdateFinishedTrialError and friends: another worker got there first
         return False
 
@@ -72,10 +75,8 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while True:
-            try:
+            with contextlib.suppress(SQLAlchemyError):  # a transient DB error: the next beat retries
                 self.storage.record_heartbeat(self.trial_id)
-            except Exception:  # a transient DB error must not kill the trial; the next beat retries
-                pass
             if self.stop.wait(self.interval):
                 return
 

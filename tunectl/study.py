@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 
@@ -18,8 +19,15 @@ from tunectl.profile import Profile
 from tunectl.search import finalists as fin
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
 from tunectl.search.sampler import make_sampler
-from tunectl.search.study import (HEARTBEAT_S, HostState, WorkerLock, claim_host, default_storage_url,
-                                  open_storage, recover)
+from tunectl.search.study import (
+    HEARTBEAT_S,
+    HostState,
+    WorkerLock,
+    claim_host,
+    default_storage_url,
+    open_storage,
+    recover,
+)
 from tunectl.store import DEFAULT_ROOT, StudyStore, read_json
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -66,11 +74,15 @@ def _engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event | Non
     from tunectl.trial import TrialContext, run_trial
 
     ctx = TrialContext(prof, runner, store)
+    # A finalist's rerun is a fresh launch driven through the upper half of the ladder: where load-dependent
+    # crashes fire and where the best level lies; the low levels confirm nothing new.
+    levels = prof.bench.levels
+    confirm = TrialContext(prof, runner, store, levels=levels[len(levels) // 2:] if len(levels) > 3 else None)
 
     def evaluate(n: int, params: dict[str, Any], role: str,
                  should_prune: Callable[[LevelResult], bool] | None) -> TrialResult:
         relay = (lambda kind, data: on_event(kind, {"n": n, **data})) if on_event else None
-        return run_trial(ctx, n, params, role, relay, should_prune)
+        return run_trial(confirm if role == "finalist" else ctx, n, params, role, relay, should_prune)
 
     return evaluate
 

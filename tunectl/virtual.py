@@ -6,7 +6,8 @@ units; the live stand-in runs the same model in scaled time.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile

@@ -9,8 +9,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import optuna
 import pytest
@@ -48,7 +48,7 @@ def postgres() -> Iterator[str]:
     data, port = base / "data", free_port()
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
-    run = lambda argv: subprocess.run(as_db_user(argv), check=True, capture_output=True, timeout=120)  # noqa: E731
+    run = lambda argv: subprocess.run(as_db_user(argv), check=True, capture_output=True, timeout=120)
     run([initdb, "-D", str(data), "-U", "tunectl", "--auth=trust", "-E", "UTF8"])
     run([pg_ctl, "-D", str(data), "-l", str(base / "log"), "-w", "-o",
          f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={base}", "start"])
@@ -57,7 +57,8 @@ def postgres() -> Iterator[str]:
                                    "-U", "tunectl", "optuna"]), check=True, capture_output=True, timeout=60)
         yield f"postgresql+psycopg2://tunectl@127.0.0.1:{port}/optuna"
     finally:
-        subprocess.run(as_db_user([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
+        subprocess.run(as_db_user([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True,
+                       check=False)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-
 from tunectl.runners._base import ProcHandle
 from tunectl.runners.local import LocalRunner
+
 from tunectl.store import StudyStore, read_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_kill_9_mid_trial_then_rerun_resumes(tmp_path: Path) -> None:
     runner = LocalRunner()
     assert runner.group_processes(orphan), "kill -9 of the harness leaves its server running"
 
-    done = subprocess.run(harness(tmp_path, 8), cwd=ROOT, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(harness(tmp_path, 8), cwd=ROOT, capture_output=True, text=True, check=False, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
 
     assert not runner.group_processes(orphan), "the rerun tears down the server the dead harness left"
@@ -87,7 +87,7 @@ def test_second_worker_on_the_same_host_is_refused(tmp_path: Path) -> None:
     first = subprocess.Popen(harness(tmp_path, 6), cwd=ROOT)
     try:
         wait_for_trial(store, 1)
-        second = subprocess.run(harness(tmp_path, 6), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        second = subprocess.run(harness(tmp_path, 6), cwd=ROOT, capture_output=True, text=True, check=False, timeout=60)
         assert second.returncode != 0
         assert "already has a worker" in second.stderr
         assert first.wait(120) == 0

@@ -7,10 +7,10 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
+from tunectl.search.finalists import candidates
 
 from tests.search.conftest import make_profile
 from tunectl.models import CrashInfo, TrialResult
-from tunectl.search.finalists import candidates
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
 

@@ -5,7 +5,7 @@ import json
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.live import Live
@@ -110,19 +110,25 @@ def show(out: dict[str, Any]) -> None:
     console.print(f"results: {out['results_dir']} (best.json, trials/, study.db); storage {out['storage']}")
 
 
+TrialsOpt = Annotated[int | None, typer.Option("--trials", "-n", help="search trials (default: profile)")]
+ProfileOpt = Annotated[Path | None, typer.Option("--profile", "-p", help="profile YAML (default: sim-glm5)")]
+StudyOpt = Annotated[str | None, typer.Option("--study", help="study name (default: the profile's name)")]
+StorageOpt = Annotated[str | None, typer.Option(
+    "--storage", help="Optuna storage URL (default: SQLite results/<study>/study.db; postgresql://... for many "
+    "workers, one per host)")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="sampler seed (default: profile)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document, no progress view")]
+VirtualOpt = Annotated[bool, typer.Option("--virtual", help="evaluate on the stand-in's virtual-clock model (no "
+                                          "processes; seconds for a whole study; sim profiles only)")]
+RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]
+
+
 @app.command()
 @one_line_errors
-def search(trials: Optional[int] = typer.Option(None, "--trials", "-n", help="search trials (default: profile)"),
-           profile: Optional[Path] = typer.Option(None, "--profile", "-p", help="profile YAML (default: sim-glm5)"),
-           study: Optional[str] = typer.Option(None, "--study", help="study name (default: the profile's name)"),
-           storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: SQLite "
-                                                 "results/<study>/study.db; postgresql://... for many workers)"),
-           seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed (default: profile)"),
-           as_json: bool = typer.Option(False, "--json", help="print one JSON document, no progress view"),
-           virtual: bool = typer.Option(False, "--virtual", help="evaluate on the stand-in's virtual-clock model "
-                                        "(no processes; seconds for a whole study; sim profiles only)"),
-           root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
-    """Search the profile's flags for the fastest configuration that does not crash; rerun reruns resume."""
+def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
+           seed: SeedOpt = None, as_json: JsonOpt = False, virtual: VirtualOpt = False,
+           root: RootOpt = DEFAULT_ROOT) -> None:
+    """Search the profile's flags for the fastest config that does not crash (the same command again resumes)."""
     import optuna
 
     from tunectl.study import run_search
