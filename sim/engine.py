@@ -16,8 +16,8 @@ from tunectl.sim.logs import Log
 from tunectl.sim.sched import Req, RuntimeCrash, Scheduler, Step
 
 DECODE_LOG_INTERVAL = 40
-GATHER_QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "5")) / 1000  # wall: a burst has landed when no request came for this long ...
-GATHER_MAX_S = 0.2      # ... or after this long
+GATHER_QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "3")) / 1000  # wall: a burst has landed when no request came for this long ...
+GATHER_MAX_S = 0.5      # ... or after this long
 
 
 @dataclass
