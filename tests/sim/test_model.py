@@ -109,3 +109,10 @@ def test_virtual_ladder_is_cheap() -> None:
     for s in range(5):
         ladder(BEST, (AUTOTUNE,), seed=s)
     assert (time.perf_counter() - t) / 5 < 0.2
+
+
+def test_documented_best_stable_matches_the_model() -> None:
+    best = CARD["landscape"]["best_stable"]
+    runs = [ladder({**BASELINE, **best["flags"]}, tuple(best["patches"]), seed=s) for s in range(5)]
+    assert not any(r.crashed for r in runs)
+    assert min(r.at(best["concurrency"]) for r in runs) == pytest.approx(best["output_throughput"], rel=0.02)
