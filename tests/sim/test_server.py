@@ -62,16 +62,21 @@ def test_endpoints(launch) -> None:
 
 
 def test_health_is_503_until_warmed_up(launch) -> None:
-    srv: Server = launch("--watchdog-timeout", "300", scale=0.02, wait_ready=False)
+    srv: Server = launch(scale=0.05, wait_ready=False)
     seen = set()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and 200 not in seen:
         try:
             seen.add(srv.get("/health")[0])
         except OSError:
-            seen.add("refused")
-        time.sleep(0.005)
+            seen.add("refused")                       # before the HTTP server starts, like SGLang
+        time.sleep(0.001)
     assert "refused" in seen and 200 in seen
+    lines = srv.text().splitlines()
+    ready = next(i for i, ln in enumerate(lines) if "fired up and ready" in ln)
+    before = [ln for ln in lines[:ready] if "GET /health" in ln]
+    assert all(" 503 " in ln for ln in before)        # every probe before the warm-up finished got 503
+    assert any("GET /health" in ln and " 200 " in ln for ln in lines[ready:])
 
 
 def _runtime_crash_lines(text: str) -> None:
