@@ -1,9 +1,10 @@
 """Pruning on the concurrency ladder.
 
 Each stable level is reported to Optuna as an intermediate value (step = position on the ladder). After
-`min_levels` levels a config stops early when it is clearly worse than the best seen at the same level (below
-`margin` x that best), or when it cannot reach the incumbent even if it scaled from here like the best-scaling
-finished trial did. The time the skipped levels would have taken is estimated from the trials that ran them.
+`min_levels` levels, a config that has not yet beaten the incumbent stops early when it is clearly worse than the
+best seen at the same level (below `margin` x that best), or when it cannot reach the incumbent even if it scaled
+from here like the best-scaling finished trial did. Never at the last level (nothing left to save). The time the
+skipped levels would have taken is estimated from the trials that ran them.
 """
 from __future__ import annotations
 
@@ -82,6 +83,7 @@ class LadderPruner:
         self.trial = trial
         self.planned = planned or []
         self.seen = 0
+        self.running_best = 0.0
         self.pruned_at: LevelKey | None = None
 
     def __call__(self, lv: LevelResult) -> bool:
@@ -96,6 +98,11 @@ class LadderPruner:
         if not self.cfg.enabled or self.seen < self.cfg.min_levels:
             return False
         key = (lv.workload, lv.concurrency)
+        self.running_best = max(self.running_best, lv.output_throughput)
+        if self.planned and key == self.planned[-1]:
+            return False                        # the ladder is done: nothing left to save
+        if self.running_best >= self.incumbent:
+            return False                        # an earlier level already beats the incumbent
         ref = self.best.get(key)
         clearly_worse = ref is not None and lv.output_throughput < self.cfg.margin * ref
         # even scaling up like the best-scaling finished trial did, it could not reach the incumbent

@@ -1,0 +1,56 @@
+"""The ladder pruner against finished trials held in a real (in-memory) Optuna study."""
+from __future__ import annotations
+
+import optuna
+
+from tunectl.models import LevelResult
+from tunectl.profile import Pruning
+from tunectl.search.pruning import LadderPruner
+
+LEVELS = [1, 8, 64, 256, 512]
+PLANNED = [("random", c) for c in LEVELS]
+
+
+def finished(ladders: list[list[float]]) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.create_study(direction="maximize")
+    for ladder in ladders:
+        t = study.ask()
+        t.set_user_attr("ladder", [["random", c, "ok", v, 1.0] for c, v in zip(LEVELS, ladder)])
+        t.set_constraint("crash", 0.0)
+        study.tell(t, max(ladder))
+    return study.trials
+
+
+def walk(pruner: LadderPruner, ladder: list[float]) -> int | None:
+    """Feed the levels; the concurrency at which the pruner stopped the ladder, else None."""
+    for c, v in zip(LEVELS, ladder):
+        if pruner.should_prune(LevelResult(c, "ok", "random", metrics={"output_throughput": v})):
+            return c
+    return None
+
+
+HISTORY = [[40, 300, 900, 1500, 1700], [40, 280, 850, 1400, 1600], [35, 260, 800, 1300, 1500],
+           [30, 250, 700, 1200, 1400], [30, 240, 650, 1100, 1300]]
+
+
+def test_a_clearly_worse_config_stops_and_the_saved_time_is_estimated() -> None:
+    pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished(HISTORY), planned=PLANNED)
+    assert walk(pruner, [10, 60, 200, 400, 500]) == 64
+    assert pruner.saved_s() == 2.0          # the 256 and 512 levels, 1 s each in the finished trials
+
+
+def test_a_config_at_par_runs_the_whole_ladder() -> None:
+    pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished(HISTORY), planned=PLANNED)
+    assert walk(pruner, [40, 290, 880, 1450, 1750]) is None
+
+
+def test_never_pruned_at_the_last_level_nor_after_beating_the_incumbent() -> None:
+    pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished(HISTORY), planned=PLANNED)
+    assert walk(pruner, [45, 320, 950, 1800, 100]) is None    # peaked at 256 above the incumbent, fell at 512
+    pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished(HISTORY), planned=PLANNED)
+    assert walk(pruner, [40, 300, 900, 1500, 10]) is None     # collapsed at the last level: nothing to save
+
+
+def test_disabled_pruning_never_stops() -> None:
+    pruner = LadderPruner(Pruning(enabled=False), finished(HISTORY), planned=PLANNED)
+    assert walk(pruner, [1, 2, 3, 4, 5]) is None
