@@ -81,7 +81,7 @@ class Heartbeat:
                 return
 
     def __enter__(self) -> Heartbeat:
-        if getattr(self.storage, "is_heartbeat_enabled", lambda: False)():
+        if getattr(self.storage, "get_heartbeat_interval", lambda: None)():
             self.thread.start()
         return self
 
