@@ -117,6 +117,8 @@ def connect_hop(hop: Hop, sock: paramiko.Channel | None, target_alias: str) -> p
     transport = client.get_transport()
     assert transport is not None
     transport.set_keepalive(15)
+    if isinstance(transport.sock, socket.socket):       # small SSH packets (forwarded SSE chunks) go out now
+        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return client
 
 

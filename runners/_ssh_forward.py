@@ -32,19 +32,21 @@ class Forward:
             threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
 
     def _serve(self, conn: socket.socket, peer: tuple[str, int]) -> None:
+        chan = None
         try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # no Nagle/delayed-ACK stalls
             chan = self.transport_fn().open_channel("direct-tcpip", (self.host, self.port), peer,
                                                     timeout=self.timeout)
-        except Exception:          # remote refused or link down: the client sees a closed connection
-            conn.close()
-            return
-        try:
             _pump(conn, chan, self._closed)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass                   # link or peer gone mid-transfer: the client sees the connection close
+        except Exception:          # remote refused, link or peer gone: the client sees the connection close
+            pass
         finally:
-            chan.close()
             conn.close()
+            if chan is not None:
+                try:
+                    chan.close()
+                except Exception:  # closing on a dead transport
+                    pass
 
     def close(self) -> None:
         self._closed.set()

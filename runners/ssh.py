@@ -12,6 +12,7 @@ import json
 import posixpath
 import shlex
 import stat
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -48,19 +49,21 @@ class SSHRunner:
         self._sftp: paramiko.SFTPClient | None = None
         self._last_ok = 0.0
         self._forwards: dict[tuple[str, int], Forward] = {}
+        self._lock = threading.RLock()
         self.connects = 0                 # successful dials; the link changed when this moved
         self.reconnects = 0
 
     # ------------------------------------------------------------------------------------------ connection
     def _transport(self) -> paramiko.Transport:
-        t = self._clients[-1].get_transport() if self._clients else None
-        if t is None or not t.is_active():
-            self._connect()
-            t = self._clients[-1].get_transport()
-        elif time.monotonic() - self._last_ok > self.probe_interval_s:
-            self._probe(t)
-        assert t is not None
-        return t
+        with self._lock:                  # forward threads, log pumps and the caller share one link
+            t = self._clients[-1].get_transport() if self._clients else None
+            if t is None or not t.is_active():
+                self._connect()
+                t = self._clients[-1].get_transport()
+            elif time.monotonic() - self._last_ok > self.probe_interval_s:
+                self._probe(t)
+            assert t is not None
+            return t
 
     def _connect(self) -> None:
         self._drop()
@@ -116,11 +119,12 @@ class SSHRunner:
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         t = self._transport()
-        if self._sftp is None or self._sftp.get_channel().closed:
-            self._sftp = paramiko.SFTPClient.from_transport(t)
-            assert self._sftp is not None
-            self._sftp.get_channel().settimeout(self.op_timeout * 4)
-        return self._sftp
+        with self._lock:
+            if self._sftp is None or self._sftp.get_channel().closed:
+                self._sftp = paramiko.SFTPClient.from_transport(t)
+                assert self._sftp is not None
+                self._sftp.get_channel().settimeout(self.op_timeout * 4)
+            return self._sftp
 
     @property
     def link_epoch(self) -> int:
