@@ -19,6 +19,7 @@ from typing import Any
 
 from tunectl.runners import bench
 from tunectl.runners.lifecycle import POLL_S, Server, scaled, time_scale
+from tunectl.runners.server import LOOPBACK
 
 from tunectl.models import CrashInfo, LevelResult
 from tunectl.profile import WorkloadSpec
@@ -43,6 +44,11 @@ class _Progress:
 
     def __init__(self) -> None:
         self.tokens, self.done, self.total, self.at = 0, 0, 0, time.monotonic()
+        self.expect, self.batches0 = 0, 0      # a client without callbacks: requests once the server prefills
+
+    def from_server(self, server: Server) -> None:
+        if self.expect and not self.total and server.watcher.prefill_batches > self.batches0:
+            self.total, self.at = self.expect, time.monotonic()
 
     def __call__(self, d: dict[str, Any]) -> None:
         if d["output_tokens"] != self.tokens or d["done"] + d["failed"] != self.done:
@@ -68,6 +74,10 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
 
     def client() -> None:
         try:
+            if prof.bench.client == "bench_serving":
+                prog.expect, prog.batches0 = n, server.watcher.prefill_batches
+                box["m"] = bench_serving_level(server, w, concurrency, n)
+                return
             box["m"] = bench.run_level(server.base_url, concurrency, w, n, backend=prof.bench.backend, model=model,
                                        time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
                                        progress=prog, abort=abort)
@@ -87,6 +97,41 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
     return lv
 
 
+def bench_serving_level(server: Server, w: WorkloadSpec, concurrency: int, n: int) -> bench.LevelMetrics:
+    """One level with the real `sglang.bench_serving`, run on the server's host against the loopback port."""
+    from tunectl.runners import bench_serving as bs
+
+    prof, plan = server.prof, server.plan
+    out_file = f"{plan.trial_dir}/bench-{w.kind}-c{concurrency}.jsonl"
+    argv = bs.bench_serving_argv(prof.server.python, f"http://{plan.host}:{plan.port}", prof.bench.backend,
+                                 prof.model.served_name or prof.model.path, prof.model.tokenizer or prof.model.path,
+                                 w, n, concurrency, out_file, w.seed)
+    t0 = time.monotonic()
+    env = {"HF_HUB_OFFLINE": "1", "no_proxy": LOOPBACK, "NO_PROXY": LOOPBACK}   # never ask the hub, never a proxy
+    res = server.runner.run(argv, timeout=scaled(prof, prof.server.timeouts.level_s, slack=30.0), env=env)
+    result_text = server.runner.read_file(out_file).decode(errors="replace") or None
+    got = bs.interpret(res.exit_code, res.stdout + res.stderr, result_text, n)
+    metrics = _modeled({k: float(v) for k, v in got.metrics.items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)}, time_scale(prof))
+    return bench.LevelMetrics(concurrency, n, w.kind, metrics=metrics, completed=got.completed,
+                              failed=n - got.completed, errors=got.evidence[:5], wall_s=time.monotonic() - t0,
+                              server_gone=got.status == "server_died")
+
+
+def _modeled(metrics: dict[str, float], scale: float) -> dict[str, float]:
+    """The real client measures wall time; against the stand-in, report modeled units like the built-in client."""
+    if scale == 1.0:
+        return metrics
+    out = {}
+    for k, v in metrics.items():
+        if k.endswith("_ms") or k == "duration":
+            v = v / scale
+        elif "throughput" in k or k.endswith("_per_s"):
+            v = v * scale
+        out[k] = v
+    return out
+
+
 def _link_epoch(server: Server) -> int:
     """Runners with a network link (SSH) count re-dials; requests failing across one are not the server's."""
     return int(getattr(server.runner, "link_epoch", 0))
@@ -99,6 +144,7 @@ def _watch(server: Server, th: threading.Thread, prog: _Progress, abort: threadi
     level_deadline = t0 + scaled(server.prof, t.level_s, slack=30.0)
     while th.is_alive():
         crash = server.check()
+        prog.from_server(server)
         now = time.monotonic()
         last = max(prog.at, server.watcher.last_progress_at or 0.0)
         if crash is None and prog.total and prog.done < prog.total and now - last > hang_s:

@@ -220,3 +220,33 @@ def test_saturation_stops_a_workload_early(tmp_path, started):
     ladder = run_ladder(srv, [64, 128, 256, 512], prof.bench.workloads)   # capped at 64 running requests
     assert ladder.crash is None and ladder.saturated == ["random"]
     assert [lv.concurrency for lv in ladder.levels] == [64, 128]
+
+
+def _has_bench_serving() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("sglang", "transformers", "datasets", "pybase64", "PIL"))
+
+
+TOKENIZER = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer"
+
+
+def test_real_client_that_cannot_run_fails_the_level_not_the_server(tmp_path, started):
+    if _has_bench_serving():
+        pytest.skip("sglang.bench_serving is installed here")
+    prof = sim_profile(tmp_path, **{"bench.client": "bench_serving", "model.tokenizer": str(TOKENIZER)})
+    srv = started(prof)
+    assert lifecycle.wait_ready(srv).ready
+    ladder = run_ladder(srv, [1, 8], prof.bench.workloads)
+    assert ladder.crash is None and [lv.status for lv in ladder.levels] == ["failed"]
+    assert ladder.levels[0].completed == 0 and srv.runner.poll(srv.handle) is None   # the server is fine
+
+
+@pytest.mark.skipif(not _has_bench_serving(), reason="sglang.bench_serving 0.5.9 not installed")
+def test_real_bench_serving_client_drives_a_level(tmp_path, started):
+    prof = sim_profile(tmp_path, **{"bench.client": "bench_serving", "model.tokenizer": str(TOKENIZER)})
+    srv = started(prof)
+    assert lifecycle.wait_ready(srv).ready
+    ladder = run_ladder(srv, [8], prof.bench.workloads)
+    lv = ladder.levels[0]
+    assert lv.status == "ok" and lv.completed == 8 and lv.metrics["output_throughput"] > 0
