@@ -119,3 +119,33 @@ def sshd_kill(sshd) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_search_retries_the_trial_the_link_cut(tmp_path, ssh_home, sshd, make_ssh_runner):
+    """A short study through SSH: the link is cut in trial 0's ladder; the search records the infra fault and runs
+    the same configuration again, and every trial's results are on disk."""
+    from tunectl.study import run_search
+
+    prof = load_profile(ssh_profile(tmp_path), {"search.finalists.top_k": 0, "bench.levels": [1, 64, 256]})
+    events: list[tuple[str, dict]] = []
+    cut = threading.Event()
+
+    def on_event(kind, data):
+        events.append((kind, data))
+        if kind == "level" and not cut.is_set():
+            cut.set()
+            threading.Timer(0.05, sshd_kill, args=(sshd,)).start()
+
+    out = run_search(prof, trials=2, study_name="cut", root=tmp_path / "results", on_event=on_event,
+                     runner=make_ssh_runner())
+    assert cut.is_set()
+    retries = [d for k, d in events if k == "retry"]
+    assert retries and retries[0]["n"] == 0, [k for k, _ in events]
+    starts = [d for k, d in events if k == "trial_start"]
+    first = starts[0]["params"]
+    assert any(s["n"] != 0 and s["params"] == first for s in starts[1:])      # the same config, run again
+    store = StudyStore("cut", tmp_path / "results")
+    for n in store.trial_numbers():
+        assert json.loads((store.trial_dir(n) / "trial.json").read_text())["status"] in ("ok", "infra", "pruned",
+                                                                                         "crashed")
+    assert out.evaluated >= 3
