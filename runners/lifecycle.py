@@ -150,6 +150,8 @@ class Server:
             self.watcher.flush(time.monotonic())
 
     def tail(self, max_bytes: int = 1 << 22) -> str:
+        """The last max_bytes of the log, including what arrived since the last poll."""
+        self.pump()
         return self.runner.read_file(self.handle.log_path, max(0, self.log_offset - max_bytes)).decode(errors="replace")
 
 
