@@ -79,6 +79,7 @@ def test_seeds_config_reports_the_crash_at_512(env):
     (["--set", "schedule-policy=fastest"], "must be one of lpm"),
     (["--set", "nonsense"], "expected NAME=VALUE"),
     (["--concurrency", "64,x"], "--concurrency"),
+    (["--study", "../elsewhere"], "names a folder"),
 ])
 def test_bad_input_is_one_line_and_starts_nothing(env, args, needle):
     res = sweep(env, *args, timeout=60)

@@ -7,6 +7,7 @@ the knob's type/choices or the profile's SGLang version's --help before anything
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import time
@@ -194,6 +195,8 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
     if dry_run:
         _dry_run(prof, params, as_json)
         return
+    if study is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", study):
+        raise UsageError(f"--study: {study!r}: use letters, digits, '_', '-' and '.' (it names a folder)")
     result, store = _run(prof, params, levels, study or time.strftime("sweep-%Y%m%d-%H%M%S"), root, as_json)
     if as_json:
         print(_json_doc(store, result))
