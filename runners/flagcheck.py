@@ -25,10 +25,17 @@ def entrypoint(prof: Profile) -> str:
     return "tunectl.sim.launch_server" if prof.server.engine == "sim" else "sglang.launch_server"
 
 
+def help_argv(prof: Profile) -> list[str]:
+    return [prof.server.python, "-m", entrypoint(prof), "--help"]
+
+
+def cache_path(runner: Runner, prof: Profile, version: str) -> Path:
+    key = hashlib.sha256("\0".join([runner.name, *help_argv(prof), version]).encode()).hexdigest()[:24]
+    return cache_dir() / f"{key}.txt"
+
+
 def help_text(runner: Runner, prof: Profile, version: str, refresh: bool = False) -> str:
-    argv = [prof.server.python, "-m", entrypoint(prof), "--help"]
-    key = hashlib.sha256("\0".join([runner.name, *argv, version]).encode()).hexdigest()[:24]
-    path = cache_dir() / f"{key}.txt"
+    argv, path = help_argv(prof), cache_path(runner, prof, version)
     if path.is_file() and not refresh:
         return path.read_text()
     res = runner.run(argv, timeout=300)

@@ -69,7 +69,9 @@ class SSHRunner:
         self._drop()
         try:
             self._clients = connect_chain(self.hops, self.alias)
-        except paramiko.AuthenticationException as e:
+        except (paramiko.AuthenticationException, paramiko.SSHException) as e:
+            if not isinstance(e, paramiko.AuthenticationException) and "authentication methods" not in str(e):
+                raise                     # link trouble: the caller's retry decides
             hop = self.hops[-1]
             raise SSHAuthError(f"ssh {hop.user}@{hop.display}: authentication failed ({e}); load your key into "
                                "ssh-agent or set host.identity_file (passwords are not supported)") from None

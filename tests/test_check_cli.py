@@ -10,6 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.runners.sshd import ALIAS, free_port, make_ssh_runner, ssh_home, ssh_host, sshd  # noqa: F401
+from tests.runners.test_patches import install, pristine  # noqa: F401
 from tunectl import REPO_ROOT
 from tunectl.cli import app
 
@@ -99,3 +100,40 @@ def test_host_names_are_data(tmp_path, name):
     trust = run_cli("hosts", "trust", name, "--yes")
     assert trust.exit_code != 0 and "Traceback" not in trust.output
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+def sglang_profile(tmp_path: Path, python: str, version: str):
+    from tunectl.profile import load_profile
+
+    prof = load_profile(write_profile(tmp_path), {"server.engine": "sglang", "server.python": python,
+                                                  "server.sglang_version": version})
+    return prof
+
+
+def test_checks_on_real_sglang_059_source(tmp_path, install):
+    """engine sglang: version found through the profile's python, patches dry-run on the real 0.5.9 source,
+    flags validated against SGLang 0.5.9's own --help (seeded into the per-host cache: launching the real
+    `--help` needs torch)."""
+    from tunectl.runners import flagcheck
+    from tunectl.runners.checks import run_checks
+    from tunectl.runners.local import LocalRunner
+
+    from tunectl.flags import HELP_DIR
+
+    python, pkg = install
+    runner = LocalRunner()
+    prof = sglang_profile(tmp_path, python, "0.5.9")
+    cached = flagcheck.cache_path(runner, prof, "0.5.9")
+    cached.parent.mkdir(parents=True)
+    cached.write_text((HELP_DIR / "launch_server-0.5.9.txt").read_text())
+    checks = {c.name: c for c in run_checks(prof, runner)}
+    assert checks["sglang"].ok and checks["sglang"].detail == f"sglang 0.5.9 at {pkg}"
+    assert checks["patches"].ok and checks["patches"].detail == "1 patch(es) apply to sglang 0.5.9"
+    assert checks["flags"].ok, checks["flags"].detail
+    assert not checks["gpus"].ok and "nvidia-smi is not on the host's PATH" in checks["gpus"].detail
+    assert not (pkg / ".tunectl-patches" / "state.json").exists() or "applied\": []" in (
+        pkg / ".tunectl-patches" / "state.json").read_text()                      # a dry run changes nothing
+
+    wrong = {c.name: c for c in run_checks(sglang_profile(tmp_path, python, "0.5.17"), runner)}
+    assert not wrong["sglang"].ok and "profile says 0.5.17, host has sglang 0.5.9" in wrong["sglang"].detail
+    assert wrong["sglang"].fix == 'set server.sglang_version: "0.5.9" or install sglang==0.5.17'

@@ -160,3 +160,26 @@ def test_stalled_link_found_by_liveness_probe(make_ssh_runner, sshd):
     finally:
         for pid in stalled:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_ssh_agent_auth(make_ssh_runner, ssh_home, sshd, tmp_path, monkeypatch):
+    """No key file anywhere in the config or HOME: the key is only in a real ssh-agent."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("ssh-agent"):
+        pytest.skip("ssh-agent is not installed (apt-get install openssh-client)")
+    sock = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: os.path.exists(sock))
+        subprocess.run(["ssh-add", "-q", str(sshd.user_key)], env={**os.environ, "SSH_AUTH_SOCK": sock},
+                       check=True, timeout=30, capture_output=True)
+        host = HostSpec(kind="ssh", address="127.0.0.1", port=sshd.port, user=sshd.user, connect_timeout_s=5)
+        with pytest.raises(SSHAuthError):                     # without the agent: nothing to offer
+            make_ssh_runner(host=host).run(["true"])
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        assert make_ssh_runner(host=host).run(["echo", "via agent"]).stdout.strip() == "via agent"
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
