@@ -137,3 +137,13 @@ def test_checks_on_real_sglang_059_source(tmp_path, install):
     wrong = {c.name: c for c in run_checks(sglang_profile(tmp_path, python, "0.5.17"), runner)}
     assert not wrong["sglang"].ok and "profile says 0.5.17, host has sglang 0.5.9" in wrong["sglang"].detail
     assert wrong["sglang"].fix == 'set server.sglang_version: "0.5.9" or install sglang==0.5.17'
+
+
+@pytest.mark.sshd
+def test_trust_through_proxyjump(tmp_path, ssh_home, sshd):
+    from tests.runners.sshd import JUMP_ALIAS
+
+    assert "already trusted" in run_cli("hosts", "trust", JUMP_ALIAS).output     # read through the jump host
+    (ssh_home / ".ssh" / "known_hosts").write_text("")
+    res = run_cli("hosts", "trust", JUMP_ALIAS, "--yes")                          # the jump host is unknown too
+    assert res.exit_code == 3 and "tunectl hosts trust tunectl-test" in res.output

@@ -32,7 +32,7 @@ def _spec(host: str | None, profile: Path | None) -> HostSpec:
 def _offered_key(spec: HostSpec) -> tuple[str, paramiko.PKey]:
     hops = resolve(spec)
     target = hops[-1]
-    clients = connect_chain(hops[:-1], spec.address or "") if len(hops) > 1 else []
+    clients = connect_chain(hops[:-1], hops[-2].alias) if len(hops) > 1 else []
     try:
         sock = None
         if clients:
