@@ -34,7 +34,7 @@ def holder():
 pid = holder()
 kind = "gpus" if any(a.startswith("--query-gpu") for a in sys.argv) else "apps"
 text = open(os.path.join(FIX, "h200x1-%s.%s.csv" % ("busy" if pid else "idle", kind))).read()
-sys.stdout.write(text.replace("48213", str(pid)))
+sys.stdout.write(text.replace(", 433, ", ", %d, " % pid) if pid else text)
 '''
 
 
@@ -69,6 +69,8 @@ def test_parse_fixtures():
     na = hostcheck.parse_apps((FIX / "h200x1-na.apps.csv").read_text())
     assert na[0].pid is None and na[0].used_mib is None
     idle = hostcheck.parse_gpus((FIX / "h200x1-idle.gpus.csv").read_text())
+    busy = hostcheck.parse_gpus((FIX / "h200x1-busy.gpus.csv").read_text())
+    assert [(g.index, g.used_mib, g.total_mib) for g in idle + busy] == [(0, 0, 143771), (0, 41487, 143771)]
     assert hostcheck.gpu_problems(idle, na, [0], 1024) == ["pid ? [N/A] on GPU 0 (memory n/a)"]
     assert hostcheck.parse_apps((FIX / "h200x1-idle.apps.csv").read_text()) == []
 
@@ -95,7 +97,8 @@ def test_gpu_memory_comes_back_after_group_kill(any_runner, tmp_path):
     holder = int(Path(pidfile).read_text())
     with pytest.raises(HostDirtyError) as e:
         hostcheck.wait_gpu_release(any_runner, [0], 1024, timeout=0.3, poll_s=0.1, smi=smi)
-    assert f"pid {holder} sglang::scheduler on GPU 0 (131090 MiB)" in e.value.evidence
+    assert "GPU 0 uses 41487 MiB of 143771 (limit 1024)" in e.value.evidence    # the H200 capture
+    assert f"pid {holder} /opt/torch/.venv/bin/python3 on GPU 0 (41478 MiB)" in e.value.evidence
     any_runner.signal_group(h, signal.SIGKILL)
     waited = hostcheck.wait_gpu_release(any_runner, [0], 1024, timeout=15, poll_s=0.1, smi=smi,
                                         pids={holder})
