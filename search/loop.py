@@ -87,7 +87,7 @@ class SearchLoop:
         while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
             optuna.storages.fail_stale_trials(self.study)
             self._maybe_local_step()
-            trial = self.study.ask()
+            trial = self._ask()
             outcome = self.run_one(trial)
             dup_run = dup_run + 1 if outcome == "duplicate" else 0
             if dup_run >= MAX_DUPLICATES and not self._step_off():
@@ -128,8 +128,13 @@ class SearchLoop:
 
     # ------------------------------------------------------------------------------------------ one trial
 
+    def _ask(self) -> optuna.trial.Trial:
+        """Ask, and record at once which host holds the trial (resume finds its orphans by this)."""
+        trial = self.study.ask()
+        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)  # noqa: SLF001
+        return trial
+
     def run_one(self, trial: optuna.trial.Trial) -> str:
-        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)
         params = suggest(trial, self.prof.search)
         role = str(trial.user_attrs.get("role", "search"))
         if "role" not in trial.user_attrs:
@@ -246,7 +251,7 @@ class SearchLoop:
         self.emit("finalists", picks=[t.number for t in picks], reruns=reruns)
         while self._waiting():
             optuna.storages.fail_stale_trials(self.study)
-            trial = self.study.ask()
+            trial = self._ask()
             if "fixed_params" not in self.study._storage.get_trial_system_attrs(trial._trial_id):
                 trial.set_user_attr("unused", True)      # the queue emptied under us: give the slot back
                 fail_running(self.study, self.study.trials[trial.number])
