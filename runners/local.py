@@ -100,9 +100,12 @@ class LocalRunner:
     def run(self, argv: list[str], timeout: float = 60.0, env: dict[str, str] | None = None,
             cwd: str | None = None, stdin: bytes | None = None) -> Result:
         full_env = {**os.environ, **(env or {})}
-        proc = subprocess.Popen(argv, cwd=cwd, env=full_env, start_new_session=True,
-                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, start_new_session=True,
+                                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError as e:   # like a shell: command not found is exit 127, not an exception
+            return Result(list(argv), 127, "", f"{argv[0]}: {e.strerror}")
         try:
             out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -199,6 +199,10 @@ class TestRun:
         assert res.stdout.split() == ["hello", workdir]
         assert res.stderr.strip() == "fed"
 
+    def test_missing_command_is_exit_127(self, runner, workdir):
+        res = runner.run(["tunectl-no-such-command-xyz", "--version"], cwd=workdir)
+        assert res.exit_code == 127 and not res.ok and not res.timed_out
+
     def test_timeout_kills_the_command(self, runner, workdir):
         pidfile = f"{workdir}/run.pid"
         code = "import os,sys,time; open(sys.argv[1],'w').write(str(os.getpid())); time.sleep(30)"
