@@ -131,7 +131,7 @@ class SearchLoop:
     def _ask(self) -> optuna.trial.Trial:
         """Ask, and record at once which host holds the trial (resume finds its orphans by this)."""
         trial = self.study.ask()
-        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)  # noqa: SLF001
+        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)
         return trial
 
     def run_one(self, trial: optuna.trial.Trial) -> str:

@@ -124,7 +124,7 @@ def _numeric_points(spec: ParamSpec, points: int) -> list[Any]:
     assert spec.low is not None and spec.high is not None
     lo, hi = spec.low, spec.high
     if spec.step and not spec.log:
-        count = int(round((hi - lo) / spec.step)) + 1
+        count = round((hi - lo) / spec.step) + 1
         if count <= 2 * points:
             return [type(lo)(round(lo + i * spec.step, 6)) if spec.type == "float" else int(lo + i * spec.step)
                     for i in range(count)]

@@ -20,7 +20,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import optuna
 from optuna.storages import RDBStorage
@@ -61,7 +61,7 @@ def fail_running(study: optuna.Study, t: FrozenTrial) -> bool:
     """FAIL a RUNNING trial; False if someone else finished it first."""
     try:
         return bool(study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
-    except Exception:  # UpdateFinishedTrialError and friends: another worker got there first
+    except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError):  # another worker got there first
         return False
 
 
@@ -80,7 +80,7 @@ class Heartbeat:
             if self.stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> Heartbeat:
+    def __enter__(self) -> Self:
         if getattr(self.storage, "get_heartbeat_interval", lambda: None)():
             self.thread.start()
         return self
@@ -141,7 +141,7 @@ class WorkerLock:
             self._conn.close()
             self._conn = None
 
-    def __enter__(self) -> WorkerLock:
+    def __enter__(self) -> Self:
         self.acquire(blocking=True)
         return self
 

@@ -3,6 +3,7 @@ port on 127.0.0.1 as a non-root user) with no duplicate trials and never two tri
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import shutil
 import socket
@@ -84,4 +85,4 @@ def test_two_workers_share_one_study_without_duplicates(postgres: str, tmp_path:
     for host in hosts:   # never two trials on one host at once
         spans = sorted((t.datetime_start, t.datetime_complete) for t in trials
                        if t.system_attrs.get("tunectl:host") == host and t.datetime_complete)
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import optuna
+from tunectl.search.pruning import LadderPruner
 
 from tunectl.models import LevelResult
 from tunectl.profile import Pruning
-from tunectl.search.pruning import LadderPruner
 
 LEVELS = [1, 8, 64, 256, 512]
 PLANNED = [("random", c) for c in LEVELS]

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
-
 from tunectl.search.study import Heartbeat, default_storage_url, open_storage
 
 
