@@ -20,7 +20,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
@@ -80,7 +80,7 @@ class Heartbeat:
             if self.stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Heartbeat:  # noqa: PYI034
         if getattr(self.storage, "get_heartbeat_interval", lambda: None)():
             self.thread.start()
         return self
@@ -141,7 +141,7 @@ class WorkerLock:
             self._conn.close()
             self._conn = None
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> WorkerLock:  # noqa: PYI034
         self.acquire(blocking=True)
         return self
 
