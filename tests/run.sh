@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
   [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
+  command -v ps >/dev/null || need+=(procps)
+  command -v curl >/dev/null || need+=(curl)
   command -v chromium >/dev/null || need+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   if [ ${#need[@]} -gt 0 ]; then
@@ -14,4 +16,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+# The real SGLang client (sglang.bench_serving) runs against the stand-in in the tests: the package without its
+# GPU serving stack, plus what the client imports.
+python3 -m pip install -q --disable-pip-version-check --no-deps "sglang==0.5.9"
+python3 -m pip install -q --disable-pip-version-check pybase64 transformers datasets
 python3 -m pytest -q "$@"
