@@ -8,6 +8,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
   command -v ps >/dev/null || need+=(procps)
   command -v curl >/dev/null || need+=(curl)
+  command -v patch >/dev/null || need+=(patch)
   command -v chromium >/dev/null || need+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   if [ ${#need[@]} -gt 0 ]; then
