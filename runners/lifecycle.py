@@ -50,21 +50,17 @@ def scaled(prof: Profile, modeled_s: float, slack: float = PHASE_SLACK_S) -> flo
 
 
 # ---------------------------------------------------------------------------------------------- host gate
-def gpu_evidence(runner: Runner, gpus: list[int] | None, clean_mib: int) -> list[str]:
-    """GPUs (of `gpus`, None = all) using more than clean_mib, as evidence lines; [] without nvidia-smi."""
+def gpu_evidence(runner: Runner, prof: Profile, pids: set[int] | None = None) -> list[str]:
+    """Why the target GPUs are not clean (memory, compute apps, snapshot pids), for engine sglang; [] where the
+    host has no nvidia-smi. The stand-in uses no GPU, so a GPU in use does not make its host dirty."""
+    if prof.server.engine != "sglang":
+        return []
+    from tunectl.runners import hostcheck
+
     try:
-        res = runner.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                         timeout=20)
-    except (FileNotFoundError, OSError):
-        return []
-    if not res.ok:
-        return []
-    out = []
-    for line in res.stdout.splitlines():
-        idx, _, used = (x.strip() for x in line.partition(","))
-        if idx.isdigit() and (gpus is None or int(idx) in gpus) and used.isdigit() and int(used) > clean_mib:
-            out.append(f"GPU {idx} uses {used} MiB")
-    return out
+        return hostcheck.gpu_problems(*hostcheck.query(runner), prof.host.gpus, prof.host.gpu_clean_mib, pids)
+    except hostcheck.NvidiaSmiError as e:
+        return [] if hostcheck.NO_SMI in str(e) else [str(e)]
 
 
 def port_evidence(runner: Runner, port: int) -> str | None:
@@ -78,7 +74,11 @@ def port_evidence(runner: Runner, port: int) -> str | None:
 
 def preflight(runner: Runner, prof: Profile, plan: LaunchPlan) -> None:
     evidence = [e for e in [port_evidence(runner, plan.port)] if e]
-    evidence += gpu_evidence(runner, prof.host.gpus, prof.host.gpu_clean_mib)
+    evidence += gpu_evidence(runner, prof)
+    if prof.server.engine == "sglang":       # on a GPU host, any live run of ours holds GPU memory
+        from tunectl.runners import hostcheck
+
+        evidence += hostcheck.leftovers(runner, {plan.run_id}, prof.server.python)
     if evidence:
         raise HostDirtyError(f"refusing to launch on {runner.name}", evidence)
 
@@ -249,11 +249,11 @@ def teardown(server: Server) -> dict[str, Any]:
         _wait(lambda: not r.group_processes(h), 10.0)
     left = r.group_processes(h)
     port_free = _wait(lambda: r.port_owner(server.plan.port) is None, t.port_release_s if not left else 1.0, 0.2)
-    gpu = gpu_evidence(r, server.prof.host.gpus, server.prof.host.gpu_clean_mib)
+    pids = {p.pid for p in snapshot}
+    gpu = gpu_evidence(r, server.prof, pids)
     if gpu:
-        _wait(lambda: not gpu_evidence(r, server.prof.host.gpus, server.prof.host.gpu_clean_mib),
-              t.gpu_release_s, 2.0)
-        gpu = gpu_evidence(r, server.prof.host.gpus, server.prof.host.gpu_clean_mib)
+        _wait(lambda: not gpu_evidence(r, server.prof, pids), t.gpu_release_s, 1.0)
+        gpu = gpu_evidence(r, server.prof, pids)
     r.remove_tree(f"{server.plan.trial_dir}/tmp")
     evidence = [f"pid {p.pid} still alive ({p.cmdline[:120]})" for p in left] + gpu
     if not port_free:

@@ -250,3 +250,36 @@ def test_real_bench_serving_client_drives_a_level(tmp_path, started):
     ladder = run_ladder(srv, [8], prof.bench.workloads)
     lv = ladder.levels[0]
     assert lv.status == "ok" and lv.completed == 8 and lv.metrics["output_throughput"] > 0
+
+
+SMI = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"      # captured on an H200
+
+
+def fake_smi(tmp_path: Path, name: str) -> Path:
+    """An nvidia-smi on PATH answering from the captured files `<name>.gpus.csv` / `<name>.apps.csv`."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    script = bindir / "nvidia-smi"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      f"kind = 'apps' if any('compute-apps' in a for a in sys.argv) else 'gpus'\n"
+                      f"sys.stdout.write(open({str(SMI)!r} + '/{name}.' + kind + '.csv').read())\n")
+    script.chmod(0o755)
+    return bindir
+
+
+def test_busy_gpu_makes_a_real_host_dirty(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{fake_smi(tmp_path, 'h200x1-busy')}:{os.environ['PATH']}")
+    prof = sim_profile(tmp_path, **{"server.engine": "sglang", "host.gpus": [0]})
+    evidence = lifecycle.gpu_evidence(LocalRunner(), prof)
+    assert any("GPU 0 uses 41487 MiB" in e for e in evidence) and any("pid 433" in e for e in evidence)
+    with pytest.raises(HostDirtyError, match="pid 433"):
+        start(prof)
+    assert not os.path.exists(prof.host.workdir)
+    # the stand-in needs no GPU: the same host is fine for engine sim
+    assert lifecycle.gpu_evidence(LocalRunner(), sim_profile(tmp_path)) == []
+
+
+def test_no_nvidia_smi_means_no_gpu_evidence(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    prof = sim_profile(tmp_path, **{"server.engine": "sglang"})
+    assert lifecycle.gpu_evidence(LocalRunner(), prof) == []
