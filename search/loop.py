@@ -106,6 +106,7 @@ class SearchLoop:
         best = fin.candidates(trials)
         if not best:
             return
+        # pruned configs count as ones to avoid, like crashes (measured better than their partial value)
         history = [(t.params, "crash_class" in t.user_attrs or t.state != TrialState.COMPLETE,
                     t.values[0] if t.values else 0.0) for t in done]
         seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}

@@ -88,6 +88,9 @@ def crash_risk(params: dict[str, Any], history: History) -> float:
 
 
 
+UNSEEN_BONUS = 0.02
+
+
 def predicted_value(params: dict[str, Any], history: History) -> float:
     """An additive main-effects guess of a config's value from the feasible history (shrunk to the mean; values
     never tried get a small bonus so the walk explores them), discounted by its crash odds."""
@@ -98,7 +101,7 @@ def predicted_value(params: dict[str, Any], history: History) -> float:
     score = overall
     for name, value in params.items():
         vals = [v for p, crashed, v in history if not crashed and p.get(name) == value]
-        score += (sum(vals) + overall) / (len(vals) + 1) - overall if vals else 0.02 * overall
+        score += (sum(vals) + overall) / (len(vals) + 1) - overall if vals else UNSEEN_BONUS * overall
     return score * (1.0 - crash_risk(params, history))
 
 
