@@ -89,7 +89,7 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
     procs = auto_processes(concurrency) if processes == "auto" else max(1, int(processes))
     procs = max(1, min(procs, concurrency, num_prompts))
     prompts = make_prompts(workload, num_prompts, salt=concurrency)
-    out = LevelMetrics(concurrency, num_prompts, workload.kind, processes=procs)
+    out = LevelMetrics(concurrency, num_prompts, workload.label, processes=procs)
     wall0 = time.perf_counter()
     warm = asyncio.run(run_share(base_url, backend, model, warmup_prompts(workload), 1, request_timeout_s,
                                  should_abort))

@@ -74,7 +74,7 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
 
     def client() -> None:
         try:
-            if prof.bench.client == "bench_serving":
+            if (w.client or prof.bench.client) == "bench_serving":
                 prog.expect, prog.batches0 = n, server.watcher.prefill_batches
                 box["m"] = bench_serving_level(server, w, concurrency, n)
                 return
@@ -102,7 +102,7 @@ def bench_serving_level(server: Server, w: WorkloadSpec, concurrency: int, n: in
     from tunectl.runners import bench_serving as bs
 
     prof, plan = server.prof, server.plan
-    out_file = f"{plan.trial_dir}/bench-{w.kind}-c{concurrency}.jsonl"
+    out_file = f"{plan.trial_dir}/bench-{w.label}-c{concurrency}.jsonl"
     argv = bs.bench_serving_argv(prof.server.python, f"http://{plan.host}:{plan.port}", prof.bench.backend,
                                  prof.model.served_name or prof.model.path, prof.model.tokenizer or prof.model.path,
                                  w, n, concurrency, out_file, w.seed)
@@ -113,7 +113,7 @@ def bench_serving_level(server: Server, w: WorkloadSpec, concurrency: int, n: in
     got = bs.interpret(res.exit_code, res.stdout + res.stderr, result_text, n)
     metrics = _modeled({k: float(v) for k, v in got.metrics.items()
                         if isinstance(v, (int, float)) and not isinstance(v, bool)}, time_scale(prof))
-    return bench.LevelMetrics(concurrency, n, w.kind, metrics=metrics, completed=got.completed,
+    return bench.LevelMetrics(concurrency, n, w.label, metrics=metrics, completed=got.completed,
                               failed=n - got.completed, errors=got.evidence[:5], wall_s=time.monotonic() - t0,
                               server_gone=got.status == "server_died")
 
@@ -162,7 +162,7 @@ def _watch(server: Server, th: threading.Thread, prog: _Progress, abort: threadi
 def _level_result(w: WorkloadSpec, c: int, box: dict[str, Any], crash: CrashInfo | None,
                   wall: float) -> LevelResult:
     m = box.get("m")
-    lv = LevelResult(concurrency=c, status="ok", workload=w.kind, duration_s=round(wall, 3))
+    lv = LevelResult(concurrency=c, status="ok", workload=w.label, duration_s=round(wall, 3))
     if m is not None:
         lv.metrics, lv.completed, lv.failed_requests, lv.client_bound = (dict(m.metrics), m.completed, m.failed,
                                                                           m.client_bound)
@@ -188,7 +188,7 @@ def run_ladder(server: Server, levels: list[int], workloads: list[WorkloadSpec],
         prev = None
         for c in levels:
             if on_event:
-                on_event("level_start", {"workload": w.kind, "concurrency": c, "num_prompts": num_prompts(w, c)})
+                on_event("level_start", {"workload": w.label, "concurrency": c, "num_prompts": num_prompts(w, c)})
             lv = run_level(server, w, c)
             out.levels.append(lv)
             if on_level:
@@ -200,7 +200,7 @@ def run_ladder(server: Server, levels: list[int], workloads: list[WorkloadSpec],
                 out.pruned = True
                 return out
             if lv.status != "ok" or _saturated(prev, lv, server.prof.bench.saturation_stop):
-                out.saturated.append(w.kind)
+                out.saturated.append(w.label)
                 break
             prev = lv
     return out

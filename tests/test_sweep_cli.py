@@ -113,3 +113,35 @@ def test_stranger_on_the_port_is_one_line_exit_1(env):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def _has_real_client() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sglang") is not None and importlib.util.find_spec("transformers") is not None
+
+
+@pytest.mark.skipif(not _has_real_client(), reason="sglang.bench_serving 0.5.9 not installed")
+def test_both_clients_measure_each_level_on_one_launch(env):
+    data = yaml.safe_load(env["profile"].read_text())
+    data["model"]["tokenizer"] = str(Path(__file__).parent / "fixtures" / "tokenizer")
+    env["profile"].write_text(yaml.safe_dump(data, sort_keys=False))
+    res = sweep(env, "--concurrency", "4,16", "--client", "builtin,bench_serving", "--study", "clients", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    got = [(lv["workload"], lv["concurrency"], lv["status"]) for lv in doc["levels"]]
+    assert got == [("random@builtin", 4, "ok"), ("random@builtin", 16, "ok"),
+                   ("random@bench_serving", 4, "ok"), ("random@bench_serving", 16, "ok")]
+    by = {(lv["workload"], lv["concurrency"]): lv for lv in doc["levels"]}
+    real, ours = by[("random@bench_serving", 16)], by[("random@builtin", 16)]
+    assert real["completed"] == ours["completed"] == 16            # parsed from the real client's result file
+    ratio = real["metrics"]["output_throughput"] / ours["metrics"]["output_throughput"]
+    assert 0.5 < ratio < 2.0, ratio                                # same server, same workload, modeled units
+    log = Path(doc["results_dir"], "server.log").read_text()
+    assert log.count("The server is fired up and ready to roll!") == 1   # both clients, one launch
+
+
+def test_unknown_client_is_one_line(env):
+    res = sweep(env, "--client", "wrk")
+    assert res.returncode == 2 and "--client" in res.stderr and "bench_serving" in res.stderr
+    assert "Traceback" not in res.stderr

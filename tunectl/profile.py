@@ -167,6 +167,12 @@ class WorkloadSpec(Strict):
     min_prompts: int = Field(16, ge=1)
     warmup_requests: int = Field(2, ge=0)
     seed: int = 1
+    client: Literal["builtin", "bench_serving"] | None = None   # None: bench.client
+
+    @property
+    def label(self) -> str:
+        """The workload's name in results: its kind, plus the client when one is named for it."""
+        return self.kind if self.client is None else f"{self.kind}@{self.client}"
 
 
 class BenchSpec(Strict):

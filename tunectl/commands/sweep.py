@@ -27,6 +27,8 @@ from tunectl.store import DEFAULT_ROOT, StudyStore, redact_env
 
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
+CLIENTS = ("builtin", "bench_serving")
+
 
 def parse_levels(text: str | None) -> list[int] | None:
     if text is None:
@@ -97,6 +99,16 @@ def parse_sets(prof: Profile, sets: list[str]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- rendering
+def with_clients(prof: Profile, text: str) -> Profile:
+    """The profile with each workload measured by each named client, on the same launch."""
+    clients = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in clients if c not in CLIENTS]
+    if bad or not clients:
+        raise UsageError(f"--client: {text!r}: valid clients: {', '.join(CLIENTS)} (comma-separated)")
+    workloads = [w.model_copy(update={"client": c}) for w in prof.bench.workloads for c in clients]
+    return prof.model_copy(update={"bench": prof.bench.model_copy(update={"workloads": workloads})})
+
+
 def _fmt(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -187,11 +199,15 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
           as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
           dry_run: bool = typer.Option(False, "--dry-run", help="print the launch plan, start nothing"),
           study: Optional[str] = typer.Option(None, "--study", "-s", help="results/<study> (default: sweep-<time>)"),
+          client: Optional[str] = typer.Option(None, "--client", help="builtin, bench_serving, or both "
+                                               "(builtin,bench_serving: each level measured by each client)"),
           root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
     """Launch one configuration and benchmark it at each concurrency level on that one launch."""
     prof = get_profile(profile)
     levels = parse_levels(concurrency)
     params = parse_sets(prof, set_)
+    if client is not None:
+        prof = with_clients(prof, client)
     if dry_run:
         _dry_run(prof, params, as_json)
         return
