@@ -17,7 +17,7 @@ from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.sampler import LOCAL_EVERY, TPE_STARTUP, neighbours, random_params
-from tunectl.search.space import baseline_params, config_key, suggest
+from tunectl.search.space import baseline_params, try_first_params, config_key, suggest
 from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
 
 from tunectl.models import LevelResult, TrialResult
@@ -78,6 +78,8 @@ class SearchLoop:
         try:
             if not any(fin.role(t) == "baseline" for t in self.trials()):
                 self.study.enqueue_trial(baseline_params(self.prof), user_attrs={"role": "baseline"})
+                for params in try_first_params(self.prof):
+                    self.study.enqueue_trial(params, user_attrs={"role": "search", "proposed_by": "profile"})
         finally:
             if lock:
                 lock.release()

@@ -115,6 +115,19 @@ def baseline_params(prof: Profile) -> dict[str, Any]:
     return params
 
 
+def try_first_params(prof: Profile) -> list[dict[str, Any]]:
+    """The profile's `search.try_first` configs, each completed from the baseline; inactive knobs dropped."""
+    out = []
+    for cfg in prof.search.try_first:
+        merged = {**baseline_params(prof), **cfg}
+        params: dict[str, Any] = {}
+        for name in knob_order(prof.search.space):
+            if name in merged and is_active(prof.search.space[name], params):
+                params[name] = merged[name]
+        out.append(params)
+    return out
+
+
 def config_key(params: dict[str, Any]) -> str:
     """One string per configuration: the duplicate check compares these."""
     return json.dumps({k: params[k] for k in sorted(params)}, sort_keys=True, default=str)

@@ -144,6 +144,7 @@ class SearchSpec(Strict):
     trials: int = Field(40, ge=1)
     finalists: Finalists = Field(default_factory=Finalists)
     pruning: Pruning = Field(default_factory=Pruning)
+    try_first: list[dict[str, Any]] = Field(default_factory=list)  # configs to run right after the baseline
     flaky_retries: int = Field(1, ge=0)
     infra_retries: int = Field(2, ge=0)
 
@@ -154,6 +155,10 @@ class SearchSpec(Strict):
                 if other not in self.space:
                     raise ValueError(f"search.space.{name}.when: {other!r} is not a knob; "
                                      f"valid: {sorted(self.space)}")
+        for i, cfg in enumerate(self.try_first):
+            for knob in cfg:
+                if knob not in self.space:
+                    raise ValueError(f"search.try_first[{i}]: {knob!r} is not a knob; valid: {sorted(self.space)}")
         return self
 
 

@@ -156,3 +156,26 @@ def test_rerun_of_the_same_command_resumes_without_repeating(tmp_path: Path) -> 
     assert engine.calls - first == 4 and out.trials == 10
     keys = [str(sorted(t.params.items())) for t in search_trials(out.storage, prof.name)]
     assert len(keys) == len(set(keys))                                        # no config evaluated twice
+
+
+def test_try_first_configs_run_right_after_the_baseline(tmp_path: Path) -> None:
+    seeds = {"disable-cuda-graph": True, "max-running-requests": 2048, "disable-radix-cache": True}
+    prof = make_profile(search__try_first=[seeds], search__finalists={"top_k": 0, "reruns": 0})
+    run_search(prof, trials=4, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    study = optuna.load_study(study_name=prof.name, storage=f"sqlite:///{tmp_path / prof.name / 'study.db'}")
+    first = study.trials[1]
+    assert first.user_attrs["proposed_by"] == "profile"
+    assert {k: first.params[k] for k in seeds} == seeds
+    assert "cuda-graph-max-bs" not in first.params          # inactive once graphs are off (its `when`)
+    base = study.trials[0].params
+    assert first.params["moe-runner-backend"] == base["moe-runner-backend"]   # the rest from the baseline
+
+
+def test_try_first_names_only_knobs(tmp_path: Path) -> None:
+    from tunectl.errors import ProfileError
+    from tunectl.profile import load_profile
+
+    bad = tmp_path / "p.yaml"
+    bad.write_text("name: x\nmodel: {path: m}\nsearch:\n  space:\n    a: {type: bool}\n  try_first:\n    - {b: true}\n")
+    with pytest.raises(ProfileError, match=r"try_first\[0\]: 'b' is not a knob; valid: \['a'\]"):
+        load_profile(bad)

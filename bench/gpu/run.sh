@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The real-GPU campaign (docs/real-gpu.md), run on the GPU machine from the repository root after staging
+# the SGLang overlay (/tmp/sgl-overlay/site) and tunectl's packed wheels (/tmp/tunectl-site).
+# Usage: bench/gpu/run.sh OUTDIR [sweep|search|all]   -> OUTDIR/{sweep.json,search.json,results/,*.txt}, OUTDIR/DONE-*
+set -uo pipefail
+out=${1:?usage: $0 OUTDIR [sweep|search|all]}; what=${2:-all}
+mkdir -p "$out"
+export PYTHONPATH=/tmp/tunectl-site:/tmp/sgl-overlay/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+tl() { python3 -c "from tunectl.cli import app; app()" "$@"; }
+prof=profiles/tiny-llama-h200.yaml
+if [ "$what" = sweep ] || [ "$what" = all ]; then
+  tl check -p "$prof" > "$out/check.txt" 2>&1
+  tl sweep -p "$prof" -c 1,2,4,8,16,32,64,128,256,512 --client builtin,bench_serving --study h200-sweep \
+     --results "$out/results" --json > "$out/sweep.json" 2> "$out/sweep.err"
+  tl sweep -p "$prof" -c 16 --set mem-fraction-static=0.999 --study h200-oom --results "$out/results" --json \
+     > "$out/sweep-oom.json" 2> "$out/sweep-oom.err"
+  touch "$out/DONE-sweep"
+fi
+if [ "$what" = search ] || [ "$what" = all ]; then
+  tl search -p "$prof" --trials 8 --study h200-search --results "$out/results" --json \
+     > "$out/search.json" 2> "$out/search.err"
+  for s in h200-sweep h200-search; do
+    tl report --study "$s" --results "$out/results" --out "$out/results/$s/report.html" >> "$out/report.txt" 2>&1
+  done
+  touch "$out/DONE-search"
+fi
