@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from tunectl.profile import WorkloadSpec
 
 # Token ids drawn from this range exist in every common vocabulary (32k and up) and avoid special tokens.
+# A smaller vocabulary (WorkloadSpec.vocab_size) caps it: an id outside the model's vocabulary is a
+# device-side assert in the server (seen on real SGLang 0.5.17), not a measurement.
 ID_LOW, ID_HIGH = 1000, 30000
 
 
@@ -33,19 +35,21 @@ def _length(rng: random.Random, full: int, ratio: float) -> int:
     return rng.randint(max(1, int(full * ratio)), full)
 
 
-def _ids(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(ID_LOW, ID_HIGH) for _ in range(n)]
+def _ids(rng: random.Random, n: int, vocab: int | None = None) -> list[int]:
+    high = min(ID_HIGH, vocab) if vocab else ID_HIGH
+    low = min(ID_LOW, high // 4)
+    return [rng.randrange(low, high) for _ in range(n)]
 
 
 def make_prompts(spec: WorkloadSpec, num_prompts: int, salt: int = 0) -> list[Prompt]:
     """`salt` (e.g. the concurrency level) varies the prompts between levels; the shared prefix does not vary."""
     rng = random.Random(f"{spec.seed}:{spec.kind}:{salt}")
-    prefix = _ids(random.Random(f"{spec.seed}:prefix"), spec.shared_prefix_len) if spec.kind == "shared_prefix" \
-        else []
-    return [Prompt(prefix + _ids(rng, _length(rng, spec.input_len, spec.range_ratio)),
+    prefix = _ids(random.Random(f"{spec.seed}:prefix"), spec.shared_prefix_len, spec.vocab_size) \
+        if spec.kind == "shared_prefix" else []
+    return [Prompt(prefix + _ids(rng, _length(rng, spec.input_len, spec.range_ratio), spec.vocab_size),
                    _length(rng, spec.output_len, spec.range_ratio)) for _ in range(num_prompts)]
 
 
 def warmup_prompts(spec: WorkloadSpec) -> list[Prompt]:
     rng = random.Random(f"{spec.seed}:warmup")
-    return [Prompt(_ids(rng, min(spec.input_len, 64)), 4) for _ in range(spec.warmup_requests)]
+    return [Prompt(_ids(rng, min(spec.input_len, 64), spec.vocab_size), 4) for _ in range(spec.warmup_requests)]

@@ -43,7 +43,8 @@ def _sig(id_: str, pattern: str, cls: str, description: str, hint: str, **kw: ob
 
 
 _LOAD = {"load": "load_crash", "startup": "config_error"}
-_OOM = r"(?:OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate [\d.]+ [GMK]iB)?"
+_OOM = (r"(?:OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate [\d.]+ [GMK]iB)?"
+        r"|CUBLAS_STATUS_ALLOC_FAILED")   # cuBLAS could not get its workspace: the same OOM (real 0.5.17, mfs 0.999)
 
 SIGNATURES: tuple[Signature, ...] = (
     _sig("page_table_1_flattened",
@@ -118,6 +119,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"the following arguments are required)", "config_error",
          "the server rejected its command line (exit 2)", "use the exact flag names of this SGLang version",
          fatal=True),
+    _sig("config_option_unsupported", r"Unsupported config option '\w+' with action", "config_error",
+         "SGLang's --config parser rejects this option (a deprecated alias shares its destination)",
+         "list the flag in server.argv_flags: it then goes on the command line", fatal=True),
     _sig("port_in_use",
          r"\w+_port at \d+ is not available in \d+ seconds|is used by a process already"
          r"|[Aa]ddress already in use", "infra",

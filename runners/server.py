@@ -116,8 +116,10 @@ def build_plan(prof: Profile, params: dict[str, Any], run_id: str, trial_dir: st
     config = server_config(prof, flags)
     module = SIM_MODULE if prof.server.engine == "sim" else SGLANG_MODULE
     head = [prof.server.python, "-m", module]
-    argv = [*head, *flag_args(config, _store_true_flags(prof.server.sglang_version)), *sim_args(prof)]
-    exec_argv = [*head, "--config", f"{trial_dir}/config.yaml", *sim_args(prof)]
+    switches = _store_true_flags(prof.server.sglang_version)
+    argv = [*head, *flag_args(config, switches), *sim_args(prof)]
+    on_cli = {k: config.pop(k) for k in prof.server.argv_flags if k in config}
+    exec_argv = [*head, "--config", f"{trial_dir}/config.yaml", *flag_args(on_cli, switches), *sim_args(prof)]
     return LaunchPlan(argv=argv, config=config, env=server_env(prof, run_id, trial_dir, patches, knob_env),
                       exec_argv=exec_argv, patches=patches, port=int(config.get("port", prof.server.port)),
                       host=str(config.get("host", prof.server.host)), run_id=run_id, trial_dir=trial_dir,

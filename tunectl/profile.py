@@ -78,6 +78,10 @@ class ServerSpec(Strict):
     host: str = "127.0.0.1"
     port: int = Field(30000, ge=1024, le=65535)
     flags: dict[str, Any] = Field(default_factory=dict)   # SGLang flag names without dashes
+    # Flags that go on the command line (an argv list, never shell text) instead of into the --config file:
+    # SGLang's config parser rejects options whose destination a deprecated alias shares
+    # (0.5.17: "Unsupported config option 'cuda_graph_backend_prefill' with action 'DeprecatedStoreConstAction'").
+    argv_flags: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     patches: list[str] = Field(default_factory=list)      # bundled patch ids always applied
     sim: SimSpec = Field(default_factory=SimSpec)
@@ -173,6 +177,7 @@ class WorkloadSpec(Strict):
     warmup_requests: int = Field(2, ge=0)
     seed: int = 1
     client: Literal["builtin", "bench_serving"] | None = None   # None: bench.client
+    vocab_size: int | None = Field(None, ge=8)    # the model's vocabulary when under 30k token ids
 
     @property
     def label(self) -> str:

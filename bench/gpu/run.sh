@@ -11,7 +11,7 @@ tl() { python3 -c "from tunectl.cli import app; app()" "$@"; }
 prof=profiles/tiny-llama-h200.yaml
 if [ "$what" = sweep ] || [ "$what" = all ]; then
   tl check -p "$prof" > "$out/check.txt" 2>&1
-  tl sweep -p "$prof" -c 1,2,4,8,16,32,64,128,256,512 --client builtin,bench_serving --study h200-sweep \
+  tl sweep -p "$prof" -c 1,4,16,64,256,512 --client builtin,bench_serving --study h200-sweep \
      --results "$out/results" --json > "$out/sweep.json" 2> "$out/sweep.err"
   tl sweep -p "$prof" -c 16 --set mem-fraction-static=0.999 --study h200-oom --results "$out/results" --json \
      > "$out/sweep-oom.json" 2> "$out/sweep-oom.err"

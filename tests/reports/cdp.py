@@ -128,7 +128,8 @@ def _problems(events: list[dict[str, Any]]) -> dict[str, list[str]]:
     for e in events:
         m, p = e.get("method"), e.get("params", {})
         if m == "Runtime.exceptionThrown":
-            errors.append(json.dumps(p["exceptionDetails"])[:500])
+            d = p["exceptionDetails"]
+            errors.append(d.get("exception", {}).get("description") or d.get("text") or json.dumps(d)[:500])
         elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
             errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
         elif m == "Log.entryAdded" and p["entry"].get("level") == "error":

@@ -112,6 +112,8 @@ CASES = [  # (signature, text, phase, expected class)
      "address already in use\n"), "startup", "infra"),
     ("port_in_use", f"{TS} nccl_port at 30001 is not available in 30 seconds\n", "startup", "infra"),
     ("device_side_assert", _log("server-runtime-crash.log"), "load", "load_crash"),
+    ("config_option_unsupported", _log("h200-tunectl/config-option-unsupported.log"), "startup", "config_error"),
+    ("cuda_oom_startup", _log("h200-tunectl/startup-oom-cublas.log"), "startup", "config_error"),
     ("cuda_oom_startup", _log("server-startup-oom.log"), "startup", "config_error"),
     ("custom_all_reduce",
      in_traceback("RuntimeError: CUDA error: invalid argument",
