@@ -22,6 +22,11 @@ TYPES: dict[str, Any] = {
     "max-total-tokens": int, "mem-fraction-static": float, "watchdog-timeout": float, "cuda-graph-bs": int,
     "data-parallel-size": int, "pipeline-parallel-size": int, "expert-parallel-size": int,
 }
+# Options SGLang 0.5.9's --config parser refuses: their argparse action is neither store nor store_true
+# (server_args.py: DeprecatedAction, LoRAPathAction). Real 0.5.17 refuses more (cuda_graph_backend_prefill & co.,
+# whose destination a deprecated alias shares): tunectl's server.argv_flags puts such options on the command line.
+CONFIG_UNSUPPORTED = {"hybrid_kvcache_ratio": "DeprecatedAction", "prefill_round_robin_balance": "DeprecatedAction",
+                      "lora_paths": "LoRAPathAction"}
 DEFAULTS: dict[str, Any] = {"host": "127.0.0.1", "port": 30000, "tensor-parallel-size": 1, "stream-interval": 1,
                             "watchdog-timeout": 300.0, "log-level": "info"}
 
@@ -77,6 +82,9 @@ def merge_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
 def _config_args(data: dict[str, Any], store_true: set[str]) -> list[str]:
     args: list[str] = []
     for key, value in data.items():
+        if key.replace("-", "_") in CONFIG_UNSUPPORTED:
+            norm = key.replace("-", "_")
+            raise ValueError(f"Unsupported config option '{norm}' with action '{CONFIG_UNSUPPORTED[norm]}'")
         if isinstance(value, bool):
             if key.replace("-", "_") in store_true:
                 args += [f"--{key}"] if value else []

@@ -71,7 +71,7 @@ def test_every_059_flag_is_accepted() -> None:
 def test_config_file_like_sglang(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("tp-size: 4\ndisable-cuda-graph: true\ndisable-radix-cache: false\n"
-                   "cuda-graph-bs: [1, 2, 4]\nlora-paths: []\nmax-running-requests: 64\n")
+                   "cuda-graph-bs: [1, 2, 4]\nmax-running-requests: 64\n")
     ns = parse(["--config", str(cfg), "--max-running-requests", "128"])
     assert ns.tensor_parallel_size == 4 and ns.disable_cuda_graph and not ns.disable_radix_cache
     assert ns.cuda_graph_bs == [1, 2, 4] and ns.max_running_requests == 128   # command line wins
@@ -79,6 +79,20 @@ def test_config_file_like_sglang(tmp_path: Path) -> None:
     bad.write_text("{}")
     with pytest.raises(ValueError, match="must be YAML"):
         merge_config(["--config", str(bad)], build_parser())
+
+
+def test_config_file_refuses_what_sglangs_merger_refuses(tmp_path: Path) -> None:
+    """0.5.9's merger rejects options whose action is neither store nor store_true (exit 1, before any GPU work)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("lora-paths: [a=/x]\n")
+    with pytest.raises(ValueError, match="Unsupported config option 'lora_paths' with action 'LoRAPathAction'"):
+        parse(["--config", str(cfg)])
+    r = subprocess.run([sys.executable, "-m", "tunectl.sim.launch_server", "--model-path", "m", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "ValueError: Unsupported config option 'lora_paths'" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "tunectl.sim.launch_server", "--help"],
+                       capture_output=True, text=True, timeout=30)
+    assert "--lora-paths" in r.stdout                                 # still fine on the command line
 
 
 def test_launch_server_exits_2_on_unknown_flag() -> None:
