@@ -75,6 +75,21 @@ def test_parse_fixtures():
     assert hostcheck.parse_apps((FIX / "h200x1-idle.apps.csv").read_text()) == []
 
 
+
+def test_parse_real_h200_captures():
+    """nvidia-smi on a real H200 (driver 580.159.04) while a process group held 8 GiB, and after tunectl killed the
+    group: the memory and the compute app are gone (bench/gpu/release_check.py)."""
+    real = FIX / "real-h200"
+    busy = hostcheck.parse_gpus((real / "busy.gpus.csv").read_text())
+    apps = hostcheck.parse_apps((real / "busy.apps.csv").read_text())
+    assert [(g.index, g.used_mib, g.total_mib) for g in busy] == [(0, 8811, 143771)]
+    assert [(a.pid, a.used_mib) for a in apps] == [(444, 8802)] and apps[0].gpu_uuid == busy[0].uuid
+    assert hostcheck.gpu_problems(busy, apps, [0], 1024)                         # dirty: refuse to launch
+    for state in ("idle", "released"):
+        gpus = hostcheck.parse_gpus((real / f"{state}.gpus.csv").read_text())
+        assert hostcheck.gpu_problems(gpus, hostcheck.parse_apps((real / f"{state}.apps.csv").read_text()),
+                                      [0], 1024) == []
+
 def test_missing_nvidia_smi_is_one_clear_message(any_runner):
     with pytest.raises(hostcheck.NvidiaSmiError, match="nvidia-smi is not on the host's PATH"):
         hostcheck.query(any_runner, smi=f"nvidia-smi-absent-{uuid.uuid4().hex[:6]}")
