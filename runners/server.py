@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from tunectl.flags import bundled_flags, config_to_argv
 from tunectl.models import LaunchPlan
 from tunectl.profile import Profile
 
@@ -25,10 +26,6 @@ _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
 def _store_true_flags(version: str) -> set[str]:
-    try:
-        from tunectl.flags import bundled_flags
-    except ImportError:
-        return set()
     try:
         return {name for name, spec in bundled_flags(version).items() if not spec.takes_value}
     except FileNotFoundError:
@@ -73,17 +70,7 @@ def server_config(prof: Profile, flags: dict[str, Any]) -> dict[str, Any]:
 
 def flag_args(config: dict[str, Any], store_true: set[str]) -> list[str]:
     """The command-line equivalent of a --config dict (SGLang's ConfigArgumentMerger rules)."""
-    args: list[str] = []
-    for key, value in config.items():
-        if isinstance(value, bool) and (key in store_true or not store_true):
-            args += [f"--{key}"] if value else []
-        elif isinstance(value, bool):
-            args += [f"--{key}", str(value).lower()]
-        elif isinstance(value, list):
-            args += [f"--{key}", *map(str, value)] if value else []
-        else:
-            args += [f"--{key}", str(value)]
-    return args
+    return config_to_argv(config, store_true or None)
 
 
 def sim_args(prof: Profile) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tunectl.flags import FlagSpec, bundled_flags
+from tunectl.flags import FlagSpec, bundled_flags, config_to_argv
 
 SGLANG_VERSION = "0.5.9"
 # Flags the model reads get SGLang's real types, so a bad value exits 2 like the real parser.
@@ -80,21 +80,11 @@ def merge_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
 
 
 def _config_args(data: dict[str, Any], store_true: set[str]) -> list[str]:
-    args: list[str] = []
-    for key, value in data.items():
-        if key.replace("-", "_") in CONFIG_UNSUPPORTED:
-            norm = key.replace("-", "_")
+    for key in data:
+        norm = key.replace("-", "_")
+        if norm in CONFIG_UNSUPPORTED:
             raise ValueError(f"Unsupported config option '{norm}' with action '{CONFIG_UNSUPPORTED[norm]}'")
-        if isinstance(value, bool):
-            if key.replace("-", "_") in store_true:
-                args += [f"--{key}"] if value else []
-            else:
-                args += [f"--{key}", str(value).lower()]
-        elif isinstance(value, list):
-            args += [f"--{key}", *map(str, value)] if value else []
-        else:
-            args += [f"--{key}", str(value)]
-    return args
+    return config_to_argv(data, store_true)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

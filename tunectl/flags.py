@@ -6,6 +6,7 @@ without leading dashes (the first long option string, as argparse uses it for `d
 from __future__ import annotations
 
 import difflib
+from typing import Any
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,3 +98,22 @@ def did_you_mean(name: str, known: dict[str, FlagSpec] | list[str] | set[str]) -
     bare = name.lstrip("-").replace("_", "-")
     match = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.6)
     return match[0] if match else None
+
+
+def config_to_argv(config: dict[str, Any], switches: set[str] | None = None) -> list[str]:
+    """SGLang's ConfigArgumentMerger rule for turning a --config mapping into arguments: a store_true flag appears
+    only when true, other booleans become `--key true|false`, lists repeat their values, empty lists vanish.
+    `switches`: the store_true flags (dashes or underscores); None = every boolean is a switch."""
+    norm = None if switches is None else {s.replace("-", "_") for s in switches}
+    args: list[str] = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            if norm is None or key.replace("-", "_") in norm:
+                args += [f"--{key}"] if value else []
+            else:
+                args += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            args += [f"--{key}", *map(str, value)] if value else []
+        else:
+            args += [f"--{key}", str(value)]
+    return args
