@@ -6,10 +6,10 @@ without leading dashes (the first long option string, as argparse uses it for `d
 from __future__ import annotations
 
 import difflib
-from typing import Any
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HELP_DIR = Path(__file__).parent / "sglang_help"
 _OPT_LINE = re.compile(r"^  (-\S.*)$")
