@@ -28,7 +28,7 @@ from tunectl.search.study import (
     open_storage,
     recover,
 )
-from tunectl.store import DEFAULT_ROOT, StudyStore, read_json
+from tunectl.store import DEFAULT_ROOT, StudyStore, read_json, redact_env
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -110,6 +110,26 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) 
         runner.signal_group(handle, signal.SIGKILL)
 
 
+def _redacted(prof: Profile) -> dict[str, Any]:
+    dumped = prof.model_dump(mode="json")
+    dumped["server"]["env"] = redact_env(dumped["server"].get("env", {}))
+    return dumped
+
+
+def preflight(prof: Profile, runner: Any, on_event: Event | None = None) -> None:
+    """`tunectl check` before a study: a renamed flag or an unpatchable install fails now, not at trial 17.
+    Leftover processes are not fatal here: recovery has just stopped this study's own, and every launch is gated
+    on a clean host anyway (other workers may share a host with their own GPUs)."""
+    from tunectl.runners.checks import ChecksFailed, run_checks
+
+    checks = run_checks(prof, runner)
+    failed = [c for c in checks if not c.ok and c.name != "leftovers"]
+    if on_event:
+        on_event("checks", {"passed": sum(c.ok for c in checks), "failed": [c.name for c in failed]})
+    if failed:
+        raise ChecksFailed(failed)
+
+
 def run_search(prof: Profile, trials: int | None = None, study_name: str | None = None,
                storage_url: str | None = None, seed: int | None = None, on_event: Event | None = None,
                root: Path | str = DEFAULT_ROOT, evaluate: Evaluate | None = None, runner: Any = None,
@@ -131,7 +151,7 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                 study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
                 sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
                 directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
-        store.write_study({"kind": "search", "storage": _redact_url(url), "profile": prof.model_dump(mode="json"),
+        store.write_study({"kind": "search", "storage": _redact_url(url), "profile": _redacted(prof),
                            "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
                       cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
@@ -140,6 +160,8 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
         recovered = recover(study, key, state, hooks.cleanup)
         if recovered and on_event:
             on_event("recovered", {"trials": recovered})
+        if evaluate is None:
+            preflight(prof, runner, on_event)
         loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
         loop.ensure_baseline()
         loop.search(n_trials)

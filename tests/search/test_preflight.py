@@ -1,0 +1,43 @@
+"""`tunectl check` runs before every study: a flag the host's SGLang does not know stops the study before any
+launch, with a did-you-mean; secrets in server.env never reach study.json."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tunectl.profile import Profile, default_profile_path
+from tunectl.runners.checks import ChecksFailed
+from tunectl.runners.local import LocalRunner
+from tunectl.study import preflight, run_search
+from tunectl.virtual import VirtualEvaluator
+
+
+def _profile(tmp_path: Path, **flags: object) -> Profile:
+    data = yaml.safe_load(default_profile_path().read_text())
+    data["server"]["flags"].update(flags)
+    data["host"] = {"kind": "local", "workdir": str(tmp_path / "host")}
+    return Profile.model_validate(data)
+
+
+def test_a_misspelt_flag_stops_the_study_before_any_launch(tmp_path: Path) -> None:
+    prof = _profile(tmp_path, **{"mem-fraction-statik": 0.8})
+    with pytest.raises(ChecksFailed, match="mem-fraction-statik.*did you mean --mem-fraction-static"):
+        run_search(prof, trials=2, root=tmp_path / "results", runner=LocalRunner())
+    assert not (tmp_path / "results" / prof.name / "trials").exists()      # nothing was launched
+
+
+def test_a_clean_profile_passes(tmp_path: Path) -> None:
+    preflight(_profile(tmp_path), LocalRunner())
+
+
+def test_study_json_has_no_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = yaml.safe_load(default_profile_path().read_text())
+    data["server"]["env"] = {"SGLANG_API_KEY": "s3cret-value", "OTHER": "x"}
+    prof = Profile.model_validate(data)
+    run_search(prof, trials=2, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    text = (tmp_path / prof.name / "study.json").read_text()
+    assert "s3cret-value" not in text
+    assert json.loads(text)["profile"]["server"]["env"] == {"SGLANG_API_KEY": "<redacted>", "OTHER": "x"}
