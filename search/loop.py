@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
 from tunectl.search.pruning import make_pruner
-from tunectl.search.sampler import LOCAL_EVERY, TPE_STARTUP, neighbours, random_params
+from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, History, neighbours, random_params
 from tunectl.search.space import baseline_params, try_first_params, config_key, suggest
 from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
 
@@ -44,6 +44,18 @@ class LoopStats:
     saved_s: float = 0.0
     exhausted: bool = False
     verdicts: list[fin.FinalistVerdict] = field(default_factory=list)
+
+
+def _outcome(t: FrozenTrial) -> str:
+    if t.state != TrialState.COMPLETE:
+        return "pruned"
+    if "crash_class" not in t.user_attrs and not t.user_attrs.get("degenerate"):
+        return "ok"
+    return "startup" if t.user_attrs.get("crash_phase") == "startup" or not t.values or not t.values[0] else "load"
+
+
+def _history(done: list[FrozenTrial]) -> History:
+    return [(t.params, _outcome(t), t.values[0] if t.values else 0.0) for t in done]
 
 
 def counted(t: FrozenTrial) -> bool:
@@ -103,18 +115,25 @@ class SearchLoop:
         trials = self.trials()
         done = [t for t in trials if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         self._turn += 1
-        if len(done) < TPE_STARTUP or self._turn % LOCAL_EVERY:
+        if len(done) < LOCAL_AFTER or self._turn % LOCAL_EVERY:
             return
-        best = fin.candidates(trials)
-        if not best:
+        center = self._center(done)
+        if center is None:
             return
-        # pruned configs count as ones to avoid, like crashes (measured better than their partial value)
-        history = [(t.params, "crash_class" in t.user_attrs or t.state != TrialState.COMPLETE,
-                    t.values[0] if t.values else 0.0) for t in done]
         seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
-        cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, history)
+        cands = neighbours(self.prof.search, dict(center.params), seen, self.rng, _history(done))
         if cands:
             self.study.enqueue_trial(cands[0], user_attrs={"role": "search", "proposed_by": "local"})
+
+    @staticmethod
+    def _center(done: list[FrozenTrial]) -> FrozenTrial | None:
+        """The config the local step moves from: the best feasible one, or a config that crashed under load
+        after serving more than that (its neighbours may keep the speed and lose the crash)."""
+        best = fin.candidates(done)
+        top = best[0].values[0] if best else 0.0
+        load = [t for t in done if t.state == TrialState.COMPLETE and t.values and t.values[0] > top
+                and t.user_attrs.get("crash_phase") == "load"]
+        return max(load, key=lambda t: t.values[0]) if load else (best[0] if best else None)
 
     def _waiting(self) -> bool:
         return any(t.state == TrialState.WAITING for t in self.trials())

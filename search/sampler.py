@@ -5,9 +5,12 @@ ordered by how much they violate, so crashing regions lose density as the study 
 """
 from __future__ import annotations
 
+import json
+import math
 import random
 from typing import Any
 
+import numpy as np
 import optuna
 from tunectl.search.space import distribution, grid_space, is_active, knob_order
 
@@ -16,10 +19,13 @@ from tunectl.profile import SearchSpec
 # Random trials before TPE models the space. Optuna's default is 10; a smaller start pays off on 40-trial budgets
 # (measured by bench/search_efficiency.py).
 TPE_STARTUP = 6
-# After the start, every LOCAL_EVERY-th trial is a step around the incumbent (best feasible config so far): one or
-# two knobs changed, the least crash-prone first. TPE alone is weak on small budgets in spaces where the best
-# needs several knobs right at once (bench/search_efficiency.py shows the difference).
+# Once LOCAL_AFTER trials are done, every LOCAL_EVERY-th trial is a step from the incumbent (the best feasible
+# config, or one that crashed under load after serving more): one or two knobs changed, ranked by a ridge
+# regression of the value on the knob values times the odds of not being wasted. TPE alone is weak on 40-trial
+# budgets where the best needs several knobs right at once; local steps alone get stuck (bench/search_efficiency.py
+# measured both).
 LOCAL_EVERY = 2
+LOCAL_AFTER = 2
 
 
 def make_sampler(search: SearchSpec, seed: int | None, multi_objective: bool = False,
@@ -73,41 +79,61 @@ def _complete(search: SearchSpec, params: dict[str, Any], rng: random.Random) ->
     return {k: v for k, v in out.items() if v is not None}
 
 
-History = list[tuple[dict[str, Any], bool, float]]   # (params, crashed, stable value)
+History = list[tuple[dict[str, Any], str, float]]   # (params, outcome: ok|startup|load|pruned, stable value)
+
+
+def _odds(params: dict[str, Any], rows: list[tuple[dict[str, Any], bool]]) -> float:
+    """Naive Bayes in log-odds: the rows' rate, moved by each knob value of the config (a value seen mostly in
+    positive rows raises the odds, one seen in negative rows lowers them; per-value rates are shrunk toward the
+    overall rate so a value seen once does not decide alone)."""
+    base = (sum(y for _, y in rows) + 0.5) / (len(rows) + 1.0)
+    prior = math.log(base / (1.0 - base))
+    logit = prior
+    for name, value in params.items():
+        same = [y for p, y in rows if p.get(name) == value]
+        rate = (sum(same) + PRIOR_WEIGHT * base) / (len(same) + PRIOR_WEIGHT)
+        logit += math.log(rate / (1.0 - rate)) - prior
+    return 1.0 / (1.0 + math.exp(-logit))
 
 
 def crash_risk(params: dict[str, Any], history: History) -> float:
-    """Crash odds of a config from the crash rate of each of its knob values in the history (Laplace-smoothed);
-    the riskiest knob value decides. (Weighting the configs near the candidate instead measured worse in
-    bench/search_efficiency.py: 3/10 vs 5/10 seeds reaching 95% within 40 trials.)"""
-    risk = 0.0
-    for name, value in params.items():
-        same = [crashed for p, crashed, _ in history if p.get(name) == value]
-        risk = max(risk, (sum(same) + 0.5) / (len(same) + 1.0))
-    return risk
+    """Odds that a config is wasted: startup crashes learned from every trial; load crashes and pruning (clearly
+    slow) from the trials that started (a config that never served says nothing about its behaviour under load)."""
+    startup = _odds(params, [(p, out == "startup") for p, out, _ in history])
+    load = _odds(params, [(p, out in ("load", "pruned")) for p, out, _ in history if out != "startup"])
+    return 1.0 - (1.0 - startup) * (1.0 - load)
 
 
-
+PRIOR_WEIGHT = 2.0
+RIDGE = 1.0
 UNSEEN_BONUS = 0.02
 
 
 def predicted_value(params: dict[str, Any], history: History) -> float:
-    """An additive main-effects guess of a config's value from the feasible history (shrunk to the mean; values
-    never tried get a small bonus so the walk explores them), discounted by its crash odds."""
-    ok = [v for _, crashed, v in history if not crashed]
+    """A ridge regression of the value on the knob values (one-hot, additive) over the configs that served
+    fully; values never served get a small bonus so the walk explores them; discounted by the waste odds."""
+    ok = [(p, v) for p, out, v in history if out == "ok"]
     if not ok:
         return 0.0
-    overall = sum(ok) / len(ok)
-    score = overall
-    for name, value in params.items():
-        vals = [v for p, crashed, v in history if not crashed and p.get(name) == value]
-        score += (sum(vals) + overall) / (len(vals) + 1) - overall if vals else UNSEEN_BONUS * overall
+    features = sorted({(k, json.dumps(v, default=str)) for p, _ in ok for k, v in p.items()})
+    col = {f: i for i, f in enumerate(features)}
+    x = np.zeros((len(ok), len(features)))
+    for i, (p, _) in enumerate(ok):
+        for k, v in p.items():
+            x[i, col[(k, json.dumps(v, default=str))]] = 1.0
+    y = np.array([v for _, v in ok])
+    mean = float(y.mean())
+    w = np.linalg.solve(x.T @ x + RIDGE * np.eye(len(features)), x.T @ (y - mean))
+    score = mean
+    for k, v in params.items():
+        i = col.get((k, json.dumps(v, default=str)))
+        score += float(w[i]) if i is not None else UNSEEN_BONUS * mean
     return score * (1.0 - crash_risk(params, history))
 
 
 def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rng: random.Random,
                history: History) -> list[dict[str, Any]]:
-    """Unseen configs one or two knobs away from the incumbent, the most promising (value x survival) first."""
+    """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first."""
     from tunectl.search.space import config_key
 
     grid = grid_space(search, points=6)

@@ -79,10 +79,10 @@ class Setup:
 
     def decode_ms(self, bs: int) -> float:
         d = self.card["decode"]
-        graph = self.graph_used(bs)
-        per_req = d["per_req_ms"] * d["kv_mult"][self.kv_dtype] * (d["per_req_graph_mult"] if graph else 1.0)
-        t = ((d["base_graph_ms"] if graph else d["base_eager_ms"]) + per_req * bs) * self.moe_mult
-        return t * (d["radix_mult"] if self.radix else 1.0)
+        experts = d["expert_ms"] * (1.0 - math.exp(-bs / d["expert_bs"]))   # saturates once every expert is hit
+        t = d["base_ms"] + experts + d["per_req_ms"] * d["kv_mult"][self.kv_dtype] * bs
+        t += 0.0 if self.graph_used(bs) else d["launch_ms"]                  # graphs remove the launch overhead
+        return t * self.moe_mult * (d["radix_mult"] if self.radix else 1.0)
 
     def prefill_ms(self, tokens: int) -> float:
         p = self.card["prefill"]

@@ -94,7 +94,8 @@ def test_infra_fault_is_retried_and_not_counted(tmp_path: Path) -> None:
     t3, t4, t5 = study.trials[3], study.trials[4], study.trials[5]
     assert t3.state == TrialState.FAIL and t3.user_attrs["infra_fault"]       # never told as the config's fault
     assert t4.params == t3.params and t4.user_attrs["retry_of"] == 3 and t4.state == TrialState.FAIL
-    assert t5.params == t3.params and t5.user_attrs["infra_tries"] == 2 and t5.state == TrialState.COMPLETE
+    assert t5.params == t3.params and t5.user_attrs["infra_tries"] == 2                # the third try counts:
+    assert t5.state in (TrialState.COMPLETE, TrialState.PRUNED)                        # told as its result
     t6, t7 = study.trials[6], study.trials[7]
     assert t6.state == TrialState.FAIL and t6.user_attrs["flaky_retry"]      # flaky: one more try first
     assert t7.params == t6.params and t7.user_attrs["flaky_tries"] == 1
