@@ -74,6 +74,7 @@ class Api:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]
         ids = self.st.tokenize(prompt) if isinstance(prompt, str) else list(prompt or [])
+        self.st.check_vocab(ids)
         return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), _block_keys(ids))
 
     def _unavailable(self) -> web.Response | None:

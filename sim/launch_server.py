@@ -89,6 +89,15 @@ class State:
         sys.stderr.flush()
         os.kill(pid, signal.SIGKILL)
 
+    def check_vocab(self, ids: list[int]) -> None:
+        """A token id outside the vocabulary trips the embedding's index assert on the GPU and takes the server
+        down (seen on real SGLang 0.5.17: `device-side assert triggered`, exit 137)."""
+        vocab = int(self.card.get("vocab_size", DEFAULT_VOCAB))
+        if any(not 0 <= int(i) < vocab for i in ids):
+            self.log.raw("../aten/src/ATen/native/cuda/Indexing.cu:1369: indexSelectSmallIndex: block: [0,0,0], "
+                         "thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.")
+            self.die("runtime", DEVICE_ASSERT, "device_side_assert")
+
     def on_runtime_crash(self, crash: RuntimeCrash) -> None:
         if crash.signature == "decode_oom":
             self.log("KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.3000 -> 1.0000",
@@ -100,6 +109,12 @@ class State:
             self.log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
             self.kill_tree()
         self.die("runtime", crash.exception, frames)
+
+
+DEFAULT_VOCAB = 154_880          # GLM-5's vocabulary; a card may set vocab_size
+DEVICE_ASSERT = ("torch.AcceleratorError: CUDA error: device-side assert triggered\n"
+                 "Search for `cudaErrorAssert' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
+                 " for more information.")
 
 
 def _tokenizer(path: str | None) -> Any:

@@ -24,6 +24,7 @@ FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
         ("srt/models/deepseek_common/attention_forward_methods/forward_mha.py", 655,
          "_get_mla_kv_buffer_from_fp8_for_nsa",
          "page_table_1_flattened = backend.forward_metadata.page_table_1_flattened")],
+    "device_side_assert": _SCHED,
     "decode_oom": _SCHED[:3] + [
         ("srt/managers/scheduler.py", 1851, "get_next_batch_to_run", "self.running_batch = self.update_running_batch("),
         ("srt/managers/schedule_batch.py", 1630, "prepare_for_decode", "self.out_cache_loc = alloc_for_decode(self, 1)"),

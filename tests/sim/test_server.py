@@ -164,3 +164,21 @@ def _alive(pid: int) -> bool:
 
 def test_base_flags_come_from_the_profile() -> None:
     assert "--nsa-prefill-backend" in BASELINE
+
+
+def test_out_of_vocabulary_token_id_is_a_device_side_assert(launch) -> None:
+    """Real SGLang 0.5.17 (H200): a token id beyond the vocabulary killed the server with a device-side assert."""
+    srv: Server = launch()
+    srv.post("/generate", {"input_ids": _prompt(1, 64), "sampling_params": {"max_new_tokens": 4}})
+    assert srv.proc.poll() is None                                     # ids inside the vocabulary are fine
+    try:
+        srv.post("/generate", {"input_ids": [5, 10**7], "sampling_params": {"max_new_tokens": 4}})
+    except OSError:
+        pass
+    assert srv.wait_exit() == -signal.SIGKILL
+    text = srv.text()
+    assert "Assertion `srcIndex < srcSelectDimSize` failed." in text
+    assert "torch.AcceleratorError: CUDA error: device-side assert triggered" in text
+    from tunectl.runners.crashes import classify
+    crash = classify(text, "load", 1, 137)
+    assert crash is not None and (crash.signature, crash.cls) == ("device_side_assert", "load_crash")
