@@ -16,7 +16,8 @@ from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
 from tunectl.search.pruning import make_pruner
-from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, History, neighbours, random_params
+from tunectl.search.sampler import (
+    LOCAL_AFTER, LOCAL_EVERY, MAX_VETOES, TPE_STARTUP, VETO_RISK, History, neighbours, random_params, startup_risk)
 from tunectl.search.space import baseline_params, try_first_params, config_key, suggest
 from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
 
@@ -97,11 +98,15 @@ class SearchLoop:
                 lock.release()
 
     def search(self, n_trials: int) -> None:
-        dup_run = 0
+        dup_run = veto_run = 0
         while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
             optuna.storages.fail_stale_trials(self.study)
             self._maybe_local_step()
             trial = self._ask()
+            if veto_run < MAX_VETOES and self._veto(trial):
+                veto_run += 1
+                continue
+            veto_run = 0
             outcome = self.run_one(trial)
             dup_run = dup_run + 1 if outcome == "duplicate" else 0
             if dup_run >= MAX_DUPLICATES and not self._step_off():
@@ -124,6 +129,23 @@ class SearchLoop:
         cands = neighbours(self.prof.search, dict(center.params), seen, self.rng, _history(done))
         if cands:
             self.study.enqueue_trial(cands[0], user_attrs={"role": "search", "proposed_by": "local"})
+
+    def _veto(self, trial: optuna.trial.Trial) -> bool:
+        """Drop a sampler proposal the history says will crash at startup (told FAIL: no budget used, ignored by
+        the sampler); the next ask proposes again."""
+        if not self.local_steps or "fixed_params" in self.study._storage.get_trial_system_attrs(trial._trial_id):
+            return False
+        done = [t for t in self.trials() if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        if len(done) < TPE_STARTUP:
+            return False
+        params = suggest(trial, self.prof.search)
+        risk = startup_risk(params, _history(done))
+        if risk < VETO_RISK:
+            return False
+        trial.set_user_attr("vetoed", round(risk, 3))
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.emit("vetoed", n=trial.number, params=params, risk=risk)
+        return True
 
     @staticmethod
     def _center(done: list[FrozenTrial]) -> FrozenTrial | None:

@@ -20,12 +20,14 @@ from tunectl.profile import SearchSpec
 # (measured by bench/search_efficiency.py).
 TPE_STARTUP = 6
 # Once LOCAL_AFTER trials are done, every LOCAL_EVERY-th trial is a step from the incumbent (the best feasible
-# config, or one that crashed under load after serving more): one or two knobs changed, ranked by a ridge
-# regression of the value on the knob values times the odds of not being wasted. TPE alone is weak on 40-trial
-# budgets where the best needs several knobs right at once; local steps alone get stuck (bench/search_efficiency.py
-# measured both).
+# config): one or two knobs changed, ranked by a ridge regression of the value on the knob values times the odds of
+# not being wasted. TPE alone is weak on 40-trial budgets where the best needs several knobs right at once; local
+# steps alone get stuck (bench/search_efficiency.py measured both).
 LOCAL_EVERY = 2
 LOCAL_AFTER = 2
+# A sampler proposal whose startup-crash odds reach VETO_RISK is dropped unrun, at most MAX_VETOES times in a row.
+VETO_RISK = 0.6
+MAX_VETOES = 10
 
 
 def make_sampler(search: SearchSpec, seed: int | None, multi_objective: bool = False,
@@ -96,10 +98,20 @@ def _odds(params: dict[str, Any], rows: list[tuple[dict[str, Any], bool]]) -> fl
     return 1.0 / (1.0 + math.exp(-logit))
 
 
+def startup_risk(params: dict[str, Any], history: History) -> float:
+    """Startup-crash odds; 1.0 when one of the config's knob values crashed at startup every time (at least
+    twice), e.g. a backend the hardware does not support."""
+    for name, value in params.items():
+        same = [out for p, out, _ in history if p.get(name) == value]
+        if len(same) >= 2 and all(out == "startup" for out in same):
+            return 1.0
+    return _odds(params, [(p, out == "startup") for p, out, _ in history])
+
+
 def crash_risk(params: dict[str, Any], history: History) -> float:
     """Odds that a config is wasted: startup crashes learned from every trial; load crashes and pruning (clearly
     slow) from the trials that started (a config that never served says nothing about its behaviour under load)."""
-    startup = _odds(params, [(p, out == "startup") for p, out, _ in history])
+    startup = startup_risk(params, history)
     load = _odds(params, [(p, out in ("load", "pruned")) for p, out, _ in history if out != "startup"])
     return 1.0 - (1.0 - startup) * (1.0 - load)
 
