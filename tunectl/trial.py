@@ -80,7 +80,10 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
     prof, runner, store, plan = ctx.profile, ctx.runner, ctx.store, result.launch
     assert plan is not None
     if prof.server.engine == "sglang":
-        result.patch_hashes = dict(_patcher(ctx).ensure(plan.patches))  # also reverts patches not wanted now
+        patcher = _patcher(ctx)
+        result.patch_hashes = dict(patcher.ensure(plan.patches))  # also reverts patches not wanted now
+        found = getattr(getattr(patcher, "last", None), "version", "")
+        result.sglang_version = found or result.sglang_version   # what the host runs, not what the profile says
     lifecycle.preflight(runner, prof, plan)
     srv = lifecycle.launch(runner, prof, plan, plan_mod.config_yaml(plan))
     _emit(on_event, "launch", pgid=srv.handle.pgid, trial_dir=plan.trial_dir)
