@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tunectl.runners._base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
+from tunectl.store import atomic_write
 
 _TCP_LISTEN = "0A"
 
@@ -193,19 +194,7 @@ class LocalRunner:
             return b""
 
     def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
-        d, base = os.path.split(path)
-        tmp = os.path.join(d, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(Path(path), data, mode, make_parents=False)
 
     def makedirs(self, path: str, mode: int = 0o700) -> None:
         os.makedirs(path, mode=mode, exist_ok=True)

@@ -28,8 +28,10 @@ DEFAULT_ROOT = Path("results")
 _SECRET_KEYS = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write(path: Path, data: bytes | str, mode: int | None = None, make_parents: bool = True) -> None:
+    """Write through a temp file + rename, so a reader never sees a torn file; `mode` sets the permissions."""
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -37,6 +39,8 @@ def atomic_write(path: Path, data: bytes | str) -> None:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
