@@ -297,7 +297,6 @@ class TestNetwork:
 
     def test_endpoint_reaches_host_port(self, runner, workdir):
         port = int(runner.run(py(FREE_PORT)).stdout)
-        runner.write_file(f"{workdir}/hello.txt", b"hi there")
         h = runner.start_detached(py(LISTEN, str(port)), f"{workdir}/srv", {}, run_id())
         try:
             assert wait_for(lambda: b"listening" in runner.read_file(h.log_path))

@@ -25,13 +25,6 @@ def runner_factory():
     return LocalRunner
 
 
-@pytest.fixture
-def workdir(tmp_path):
-    d = tmp_path / "host"
-    d.mkdir()
-    return str(d)
-
-
 def test_run_survives_the_python_that_started_it(runner, workdir):
     """A caller process starts a run and exits; the run keeps going and is still found by its run id."""
     code = ("import sys; from tunectl.runners.local import LocalRunner; "

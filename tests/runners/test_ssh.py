@@ -18,13 +18,6 @@ def runner_factory(make_ssh_runner):
     return make_ssh_runner
 
 
-@pytest.fixture
-def workdir(tmp_path):
-    d = tmp_path / "host"
-    d.mkdir()
-    return str(d)
-
-
 # ---------------------------------------------------------------------------------------------- SSH only
 import os
 import signal
