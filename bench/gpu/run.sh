@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The real-GPU campaign (docs/real-gpu.md), run on the GPU machine from the repository root after staging
 # the SGLang overlay (/tmp/sgl-overlay/site) and tunectl's packed wheels (/tmp/tunectl-site).
-# Usage: bench/gpu/run.sh OUTDIR [sweep|search|all]   -> OUTDIR/{sweep.json,search.json,results/,*.txt}, OUTDIR/DONE-*
+# Usage: bench/gpu/run.sh OUTDIR [sweep|search|clients|all]
+#   -> OUTDIR/{sweep.json,search.json,clients-*.json,results/,*.txt}, OUTDIR/DONE-*
 set -uo pipefail
-out=${1:?usage: $0 OUTDIR [sweep|search|all]}; what=${2:-all}
+out=${1:?usage: $0 OUTDIR [sweep|search|clients|all]}; what=${2:-all}
 mkdir -p "$out"
 export PYTHONPATH=/tmp/tunectl-site:/tmp/sgl-overlay/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -21,7 +22,20 @@ if [ "$what" = search ] || [ "$what" = all ]; then
   tl search -p "$prof" --trials 8 --study h200-search --results "$out/results" --json \
      > "$out/search.json" 2> "$out/search.err"
   for s in h200-sweep h200-search; do
+    [ -d "$out/results/$s" ] || continue
     tl report --study "$s" --results "$out/results" --out "$out/results/$s/report.html" >> "$out/report.txt" 2>&1
   done
   touch "$out/DONE-search"
+fi
+if [ "$what" = clients ] || [ "$what" = all ]; then
+  # The built-in client against the real sglang.bench_serving, order swapped between two launches: each level is
+  # measured by both clients on one server, first by one, then by the other.
+  for order in bench_serving,builtin builtin,bench_serving; do
+    tag=${order%%,*}-first
+    tl sweep -p "$prof" -c 1,16,64,256,512 --client "$order" --study "h200-clients-$tag" --results "$out/results" \
+       --json > "$out/clients-$tag.json" 2> "$out/clients-$tag.err"
+  done
+  tl report --study h200-clients-builtin-first --results "$out/results" \
+     --out "$out/results/h200-clients-builtin-first/report.html" >> "$out/report.txt" 2>&1
+  touch "$out/DONE-clients"
 fi
