@@ -122,10 +122,13 @@ def test_report_writes_a_page_with_working_log_links(results_root, tmp_path):
     assert res.exit_code == 0 and (results_root / "sweep-1" / "report.html").is_file()
 
 
-def test_report_falls_back_to_the_k2_reference_profile(results_root, tmp_path, monkeypatch):
+def test_report_reference_line_only_from_the_study_or_when_asked(results_root, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     out = tmp_path / "sweep.html"
     res = run(results_root, "report", "--study", "sweep-1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert "K2-Thinking" not in out.read_text()      # a reference from another setup is not drawn unasked
+    res = run(results_root, "report", "--study", "sweep-1", "--out", str(out), "--reference", str(K2))
     assert res.exit_code == 0, res.output
     page = out.read_text()
     assert "K2-Thinking reference (5,816 tok/s, as reported)" in page

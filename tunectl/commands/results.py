@@ -17,15 +17,14 @@ from tunectl.commands._common import console, one_line_errors
 from tunectl.errors import UsageError
 from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, list_studies
 
-REFERENCE_PROFILE = Path("profiles/k2-thinking-reference.yaml")
 StudyOpt = Annotated[str | None, typer.Option(
     "--study", "-s", help="study name under results/ (default: the most recent)")]
 RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="command | yaml | json")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="where to write")]
 RefOpt = Annotated[Path | None, typer.Option(
-    "--reference", help="a profile with a reference: block (default: the study's own, "
-                        f"else {REFERENCE_PROFILE})")]
+    "--reference", help="a profile with a reference: block to draw as the reference line, e.g. "
+                        "profiles/k2-thinking-reference.yaml (default: the study's own profile's, if any)")]
 OpenOpt = Annotated[bool, typer.Option("--open", help="open the report in a browser")]
 
 
@@ -61,8 +60,6 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
     store = _store(study, root)
     ref = _reference(reference)
     data = load_study(store, ref)
-    if data.reference is None and REFERENCE_PROFILE.is_file():
-        data.reference = _reference(REFERENCE_PROFILE)
     path = out or store.dir / "report.html"
     prefix = os.path.relpath(store.dir.resolve(), path.parent.resolve())
     page = render(compute(data, log_prefix="" if prefix == "." else prefix + "/"))
