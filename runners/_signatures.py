@@ -12,11 +12,18 @@ Fields of a `Signature`:
 - `fatal`: seeing the text is itself proof that the server is dying, even without a traceback.
 - `generic`: a broad exception (CUDA OOM) that yields to a signature matching the traceback's frames, e.g. an
   OOM raised inside FlashInfer autotune is `flashinfer_autotune_failed`.
+- `repairs`: the hint in machine-readable form, most promising first: `(target, change)` where target is an
+  SGLang flag without dashes, an environment variable (upper case) or `patch:<id>` (a bundled patch), and
+  change is a value to set or a direction (`LOWER`, `RAISE`: the next value of the knob's range that way).
+  The search tries the repairs its space can express next to a config that crashed with the signature.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+LOWER, RAISE = "<lower>", "<raise>"
+Repair = tuple[str, object]
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class Signature:
     phases: tuple[str, ...] = ()
     fatal: bool = False
     generic: bool = False
+    repairs: tuple[Repair, ...] = ()
 
     def class_for(self, phase: str) -> str:
         return self.by_phase.get(phase, self.cls)
@@ -51,46 +59,59 @@ SIGNATURES: tuple[Signature, ...] = (
          r"object has no attribute 'page_table_1_flattened'", "load_crash",
          "FP8-KV MHA prefill read page_table_1_flattened from non-DSA attention metadata",
          "--kv-cache-dtype bf16, --disable-chunked-prefix-cache, or let SGLang pick the NSA/DSA backend",
-         by_phase=_LOAD),
+         by_phase=_LOAD,
+         repairs=(("disable-chunked-prefix-cache", True), ("patch:0002-page-table-1-flattened", True),
+                  ("kv-cache-dtype", "bf16"), ("SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD", RAISE))),
     _sig("page_table_1_flattened_assert",
          r"page_table_1_flattened should have been generated for FP8 MHA path", "load_crash",
          "FP8 MHA prefix dequant path without page_table_1_flattened (sibling of page_table_1_flattened)",
-         "--kv-cache-dtype bf16 or a DSA/NSA attention backend", by_phase=_LOAD),
+         "--kv-cache-dtype bf16 or a DSA/NSA attention backend", by_phase=_LOAD,
+         repairs=(("kv-cache-dtype", "bf16"), ("patch:0002-page-table-1-flattened", True))),
     _sig("not_enough_memory",
          r"Not enough memory\. Please try to increase --mem-fraction-static", "config_error",
          "KV cache pool got no memory after weights and graph reserve",
-         "raise --mem-fraction-static or the TP size"),
+         "raise --mem-fraction-static or the TP size",
+         repairs=(("mem-fraction-static", RAISE), ("tp-size", RAISE))),
     _sig("capture_cuda_graph_failed", r"Capture cuda graph failed", "config_error",
          "CUDA graph capture failed (usually OOM at a large capture batch size)",
-         "lower --mem-fraction-static or --cuda-graph-max-bs, or disable decode CUDA graphs"),
+         "lower --mem-fraction-static or --cuda-graph-max-bs, or disable decode CUDA graphs",
+         repairs=(("mem-fraction-static", LOWER), ("cuda-graph-max-bs", LOWER),
+                  ("disable-cuda-graph", True))),
     _sig("custom_all_reduce",
          r"custom_all_reduce(?:_v2)?(?:\.cuh|\.py).*invalid argument|register_graph_buffers", "config_error",
          "custom all-reduce IPC registration failed during graph capture",
-         "--disable-custom-all-reduce or disable CUDA graphs"),
+         "--disable-custom-all-reduce or disable CUDA graphs",
+         repairs=(("disable-custom-all-reduce", True), ("disable-cuda-graph", True))),
     _sig("deepep_dispatch",
          r"x\.size\(0\) <= num_max_dispatch_tokens_per_rank|nvshmem_qp_depth"
          r"|q\.shape\[0\]\(\d+\) does not match qo_indptr\[-1\]\(\d+\)", "config_error",
          "DeepEP dispatch buffer smaller than graph batch x draft tokens",
-         "raise SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK or lower --cuda-graph-max-bs"),
+         "raise SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK or lower --cuda-graph-max-bs",
+         repairs=(("SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK", RAISE), ("cuda-graph-max-bs", LOWER))),
     _sig("flashinfer_autotune_race",
          r"FileExistsError: \[Errno 17\] File exists: .*(?:flashinfer|cubin)"
          r"|flashinfer\.jit: Failed to acquire lock", "flaky",
          "FlashInfer cold-cache race between ranks creating the same cubin/autotune file",
-         "retry once; pre-warm the FlashInfer cache or --disable-flashinfer-autotune"),
+         "retry once; pre-warm the FlashInfer cache or --disable-flashinfer-autotune",
+         repairs=(("disable-flashinfer-autotune", True),)),
     _sig("kv_pool_oom", r"(?:Decode|Prefill) out of memory\. Try to lower your batch size", "load_crash",
          "KV cache allocator could not serve the running batch",
-         "lower --max-running-requests or concurrency, or give the KV cache more memory"),
+         "lower --max-running-requests or concurrency, or give the KV cache more memory",
+         repairs=(("max-running-requests", LOWER), ("mem-fraction-static", RAISE))),
     _sig("cuda_oom_startup", _OOM, "config_error",
          "CUDA out of memory before the server was ready",
          "lower --mem-fraction-static (startup OOM: the static pool leaves no room)", phases=("startup",),
-         generic=True),
+         generic=True, repairs=(("mem-fraction-static", LOWER),)),
     _sig("cuda_oom_runtime", _OOM, "load_crash",
          "CUDA out of memory under load",
          "lower --chunked-prefill-size / --max-running-requests or --mem-fraction-static",
-         phases=("load", "teardown"), generic=True),
+         phases=("load", "teardown"), generic=True,
+         repairs=(("chunked-prefill-size", LOWER), ("max-running-requests", LOWER),
+                  ("mem-fraction-static", LOWER))),
     _sig("illegal_memory_access", r"an illegal memory access was encountered|cudaErrorIllegalAddress", "flaky",
          "CUDA illegal memory access (kernel bug for a feature combination)",
-         "retry once on a clean GPU; disable CUDA graphs / speculative decoding to isolate"),
+         "retry once on a clean GPU; disable CUDA graphs / speculative decoding to isolate",
+         repairs=(("disable-cuda-graph", True),)),
     _sig("device_side_assert",
          r"device-side assert triggered|\.cu:\d+: \w+: block: \[[\d,]+\], thread: \[[\d,]+\] Assertion",
          "load_crash", "CUDA device-side assert in a kernel (bad index / shape)",
@@ -128,7 +149,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "a port the server needs is held by another process", "kill the leftover process group; wait for ports",
          fatal=True),
     _sig("flashinfer_autotune_failed", r"_flashinfer_autotune|flashinfer_autotune\.py|in kernel_warmup",
-         "config_error", "FlashInfer autotune dummy run failed", "--disable-flashinfer-autotune"),
+         "config_error", "FlashInfer autotune dummy run failed", "--disable-flashinfer-autotune",
+         repairs=(("disable-flashinfer-autotune", True), ("mem-fraction-static", LOWER))),
     _sig("health_check_failed",
          r"Health check failed\. Server couldn't get a response from detokenizer", "hang",
          "the detokenizer produced nothing for the health-check window", "treat as a hang: tear down"),

@@ -9,6 +9,8 @@ Public API (the lifecycle codes against these names):
   and derives the class from signature + phase. A crash with death markers but no known signature is
   `signature="unknown"`, classed by phase. Returns None when the text shows no crash (and exit code is not
   a crash code).
+- `repairs_for(signature, text="") -> tuple[Repair, ...]`: the catalog's machine-readable repairs for a signature
+  id (or, for an id the catalog does not know, for the signature the text, e.g. an exception line, matches).
 - `LogWatcher`: fed raw byte chunks (`feed(data, now)`) as the log is tailed from an offset. Tracks startup
   milestones with the time seen (`milestones`, `last_milestone`), startup facts (`facts`:
   max_total_num_tokens, chunked_prefill_size, ...), token progress (`prefill_batches`, `decode_batches`,
@@ -23,11 +25,21 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from tunectl.runners._signatures import BY_ID, DEATH_MARKERS, SHUTDOWN_MARKER, SIGNATURES, Signature
+from tunectl.runners._signatures import (
+    BY_ID,
+    DEATH_MARKERS,
+    LOWER,
+    RAISE,
+    SHUTDOWN_MARKER,
+    SIGNATURES,
+    Repair,
+    Signature,
+)
 
 from tunectl.models import CrashInfo
 
-__all__ = ["DEATH_MARKERS", "MILESTONES", "SIGNATURES", "LogWatcher", "Signature", "classify"]
+__all__ = ["DEATH_MARKERS", "LOWER", "MILESTONES", "RAISE", "SIGNATURES", "LogWatcher", "Repair", "Signature",
+           "classify", "repairs_for"]
 
 _TRACEBACK = "Traceback (most recent call last)"
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")
@@ -110,6 +122,11 @@ def _pick(lines: list[str], start: int, block: list[str], exc: str, phase: str) 
     if by_exc and not (by_exc.generic and frames):
         return by_exc
     return frames or by_exc or _earliest(sigs, lines[max(0, start - 200):])
+
+
+def repairs_for(signature: str, text: str = "") -> tuple[Repair, ...]:
+    sig = BY_ID.get(signature) or (_match(list(SIGNATURES), text) if text else None)
+    return sig.repairs if sig else ()
 
 
 def _unknown_class(phase: str) -> str:
