@@ -71,10 +71,12 @@ def _alternatives(search: SearchSpec, name: str, value: Any, grid: dict[str, lis
     return ([below[-1]] if below else []) + ([above[0]] if above else [])
 
 
-def _complete(search: SearchSpec, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    """Drop knobs whose condition no longer holds, draw those that became active."""
+def complete(search: SearchSpec, params: dict[str, Any], rng: random.Random,
+             fill: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Drop knobs whose condition no longer holds; those that became active take their value in `fill` (the
+    baseline: a value known to start), else a random one."""
     out: dict[str, Any] = {}
-    drawn = random_params(search, rng)
+    drawn = {**random_params(search, rng), **(fill or {})}
     for name in knob_order(search.space):
         if is_active(search.space[name], out):
             out[name] = params[name] if name in params else drawn.get(name)
@@ -144,7 +146,7 @@ def predicted_value(params: dict[str, Any], history: History) -> float:
 
 
 def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rng: random.Random,
-               history: History) -> list[dict[str, Any]]:
+               history: History, fill: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first."""
     from tunectl.search.space import config_key
 
@@ -155,7 +157,7 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
     moves += [[a, b] for i, a in enumerate(singles + inactive) for b in (singles + inactive)[i + 1:] if a[0] != b[0]]
     out, keys = [], set(seen)
     for move in moves:
-        cand = _complete(search, {**incumbent, **dict(move)}, rng)
+        cand = complete(search, {**incumbent, **dict(move)}, rng, fill)
         key = config_key(cand)
         if key not in keys:
             keys.add(key)

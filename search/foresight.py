@@ -1,0 +1,86 @@
+"""Which proposals will crash like a config already seen: the vetoes that keep the budget off crashing configs.
+
+Two rules, both read from the study's own crashes; a proposal they flag is never run (no budget used):
+
+- **Keeps the crash** (`keeps_crash`): the crash's signature has catalog repairs the space can express, and the
+  proposal applies none of them: each repair knob is where the crashed config had it, or further the wrong way
+  (a `LOWER` repair of mem-fraction-static 0.88: any value >= 0.88). Startup crashes are deterministic for the
+  flags, so that is enough. A load crash also depends on the load the config sustains: the rule holds only
+  while no config that keeps the crash served as much as the crashed one did at the level it crashed at
+  without crashing (e.g. a baseline capped at 64 running requests never reaches the batches that crash).
+- **Unexplained startup crash** (`suspects`): the knob values of a startup-crashed config that no config that
+  started has ever had. A proposal with all of them (usually one: a backend the hardware lacks) is flagged.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunectl.search.repair import LOWER, RAISE, drives
+
+from tunectl.profile import SearchSpec
+
+
+@dataclass
+class Seen:
+    """One finished trial, as the vetoes read it."""
+
+    params: dict[str, Any]
+    crash_phase: str | None = None                  # "startup" | "load" | None (served the whole ladder)
+    fixes: Sequence[tuple[str, Any]] = ()          # the catalog's repairs for its crash signature
+    levels: dict[int, float] = field(default_factory=dict)   # stable throughput per concurrency
+    crash_level: int | None = None
+    number: int = -1
+
+
+def keeps_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen) -> bool:
+    """The proposal applies none of the crash's repairs (and at least one repair is a knob of the space)."""
+    expressed = False
+    for target, change in crashed.fixes:
+        for name, spec in search.space.items():
+            if not drives(name, spec, target) or name not in crashed.params:
+                continue
+            expressed = True
+            mine, theirs = params.get(name), crashed.params[name]
+            if mine is None:
+                return False                        # the knob is off in the proposal: a different setup
+            if change == LOWER and mine < theirs or change == RAISE and mine > theirs:
+                return False
+            if change not in (LOWER, RAISE) and mine != theirs:
+                return False
+    return expressed
+
+
+def _load_at(crashed: Seen) -> float:
+    """What the crashed config served just below its crash level; 0 when unknown."""
+    below = [c for c in crashed.levels if crashed.crash_level is None or c < crashed.crash_level]
+    return crashed.levels[max(below)] if below else 0.0
+
+
+def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen]) -> bool:
+    """A config that keeps the crash served as much load as the crashed one did, at its crash level, unharmed."""
+    need = _load_at(crashed)
+    level = crashed.crash_level
+    return any(s.crash_phase is None and keeps_crash(search, s.params, crashed)
+               and level is not None and s.levels.get(level, 0.0) >= need for s in seen)
+
+
+def suspects(crashed: Seen, seen: list[Seen]) -> dict[str, Any]:
+    started = [s.params for s in seen if s.crash_phase != "startup"]
+    return {k: v for k, v in crashed.params.items() if all(p.get(k) != v for p in started)}
+
+
+def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:
+    """The finished crash this proposal would repeat, if a rule says so."""
+    for crashed in seen:
+        if crashed.crash_phase is None:
+            continue
+        if keeps_crash(search, params, crashed) and (crashed.crash_phase == "startup"
+                                                     or not _refuted(search, crashed, seen)):
+            return crashed
+        if crashed.crash_phase == "startup":
+            sus = suspects(crashed, seen)
+            if sus and all(params.get(k) == v for k, v in sus.items()):
+                return crashed
+    return None

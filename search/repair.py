@@ -1,0 +1,85 @@
+"""Repair steps: a config that crashed with a classified signature, changed by the crash catalog's repairs.
+
+The catalog (runners/_signatures.py) gives each signature its workarounds as `(target, change)`: the target is an
+SGLang flag without dashes, an environment variable or `patch:<id>`; the change a value to set or a direction
+(`LOWER`/`RAISE`: the knob's next grid value that way). The search gets them through `Hooks.repairs` (it never
+imports the runners) and keeps the ones its space can express: a repair on a flag that is not a knob, or to a
+value outside the knob's range, is dropped. A config that was fast up to a load crash (e.g. 1,950 tok/s at 256,
+then page_table_1_flattened at 512) is one flag away from a fast stable config more often than any random
+neighbour is.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tunectl.search.space import grid_space, is_active, knob_order
+
+from tunectl.profile import ParamSpec, SearchSpec
+
+# Directions, as the catalog spells them (tests keep the two in line).
+LOWER, RAISE = "<lower>", "<raise>"
+RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
+
+
+def drives(name: str, spec: ParamSpec, target: str) -> bool:
+    """Does knob `name` set the repair's target (flag, env variable or patch)?"""
+    if target.startswith("patch:"):
+        return spec.patch is not None and spec.patch == target[len("patch:"):]
+    if spec.patch is not None:
+        return False
+    if spec.env is not None:
+        return spec.env == target
+    return (spec.flag or name).lstrip("-").replace("_", "-") == target.replace("_", "-")
+
+
+def _allowed(spec: ParamSpec, values: list[Any], value: Any) -> bool:
+    if spec.type == "bool":
+        return isinstance(value, bool)
+    if spec.choices is not None:
+        return value in spec.choices
+    if spec.type in ("int", "float") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return spec.low is not None and spec.high is not None and spec.low <= value <= spec.high
+    return value in values
+
+
+def repaired_value(spec: ParamSpec, values: list[Any], current: Any, change: Any) -> Any:
+    """The knob's value after the change, or None when the change does not apply (same value, out of range)."""
+    if change in (LOWER, RAISE):
+        if current is None or spec.type == "bool" or spec.type == "categorical" and spec.choices is not None \
+                and not all(isinstance(v, (int, float)) for v in values):
+            return None
+        ordered = sorted(values)
+        way = [v for v in ordered if v < current] if change == LOWER else [v for v in ordered if v > current]
+        return (way[-1] if change == LOWER else way[0]) if way else None
+    if change == current or not _allowed(spec, values, change):
+        return None
+    return change
+
+
+def repair_moves(search: SearchSpec, params: dict[str, Any],
+                 repairs: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """One change per repair the space can express, in the catalog's order: {knob: new value}."""
+    grid = grid_space(search, points=6)
+    moves: list[dict[str, Any]] = []
+    for target, change in repairs:
+        for name in knob_order(search.space):
+            spec = search.space[name]
+            if not drives(name, spec, target) or not is_active(spec, params):
+                continue
+            value = repaired_value(spec, grid[name], params.get(name), change)
+            if value is not None and {name: value} not in moves:
+                moves.append({name: value})
+    return moves
+
+
+def repaired_configs(search: SearchSpec, params: dict[str, Any], repairs: Sequence[tuple[str, Any]],
+                     complete: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The config with each repair applied (knobs that become active are drawn by `complete`)."""
+    return [complete({**params, **move}) for move in repair_moves(search, params, repairs)]
+
+
+def lookup(repairs: RepairLookup | None, signature: str | None, text: str = "") -> Sequence[tuple[str, Any]]:
+    if repairs is None or not signature:
+        return ()
+    return repairs(signature, text)
