@@ -4,10 +4,10 @@ Two rules, both read from the study's own crashes; a proposal they flag is never
 
 - **Keeps the crash** (`keeps_crash`): the crash's signature has catalog repairs the space can express, and the
   proposal applies none of them: each repair knob is where the crashed config had it, or further the wrong way
-  (a `LOWER` repair of mem-fraction-static 0.88: any value >= 0.88). Startup crashes are deterministic for the
-  flags, so that is enough. A load crash also depends on the load the config sustains: the rule holds only
-  while no config that keeps the crash served as much as the crashed one did at the level it crashed at
-  without crashing (e.g. a baseline capped at 64 running requests never reaches the batches that crash).
+  (a `LOWER` repair of mem-fraction-static 0.88: any value >= 0.88). The rule stands until a config that keeps
+  the crash by it did not crash: for a startup crash, one that started (the catalog's repairs were not the
+  whole story); for a load crash, one that served as much as the crashed one did at the level it crashed at
+  (a baseline capped at 64 running requests never reaches the batches that crash, so it refutes nothing).
 - **Unexplained startup crash** (`suspects`): the knob values of a startup-crashed config that no config that
   started has ever had. A proposal with all of them (usually one: a backend the hardware lacks) is flagged.
 """
@@ -59,9 +59,11 @@ def _load_at(crashed: Seen) -> float:
 
 
 def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen]) -> bool:
-    """A config that keeps the crash served as much load as the crashed one did, at its crash level, unharmed."""
-    need = _load_at(crashed)
-    level = crashed.crash_level
+    """A config that keeps the crash did not crash so: it started (startup crash), or served as much load as the
+    crashed one did at its crash level (load crash)."""
+    if crashed.crash_phase == "startup":
+        return any(s.crash_phase != "startup" and keeps_crash(search, s.params, crashed) for s in seen)
+    need, level = _load_at(crashed), crashed.crash_level
     return any(s.crash_phase is None and keeps_crash(search, s.params, crashed)
                and level is not None and s.levels.get(level, 0.0) >= need for s in seen)
 
@@ -76,8 +78,7 @@ def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]
     for crashed in seen:
         if crashed.crash_phase is None:
             continue
-        if keeps_crash(search, params, crashed) and (crashed.crash_phase == "startup"
-                                                     or not _refuted(search, crashed, seen)):
+        if keeps_crash(search, params, crashed) and not _refuted(search, crashed, seen):
             return crashed
         if crashed.crash_phase == "startup":
             sus = suspects(crashed, seen)

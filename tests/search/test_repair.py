@@ -1,0 +1,167 @@
+"""Crash-informed repair steps and vetoes: the catalog's repairs, how the space expresses them, and the loop
+that uses them (on the stand-in's virtual model)."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from tunectl.runners import crashes
+from tunectl.search import loop as search_loop
+from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
+from tunectl.search.repair import LOWER, RAISE, drives, repair_moves
+from tunectl.search.space import baseline_params, config_key, try_first_params
+
+from tests.search.conftest import make_profile
+from tunectl import study as study_wiring
+from tunectl.flags import bundled_flags
+from tunectl.profile import default_profile_path, load_profile
+from tunectl.study import run_search
+from tunectl.virtual import VirtualEvaluator
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def wired(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_search with the crash catalog's repairs handed to the loop (what the wiring passes as Hooks.repairs)."""
+    monkeypatch.setattr(study_wiring, "Hooks", functools.partial(search_loop.Hooks, repairs=crashes.repairs_for))
+
+
+def test_catalog_repairs_are_well_formed() -> None:
+    assert (crashes.LOWER, crashes.RAISE) == (LOWER, RAISE)      # one vocabulary on both sides
+    with_repairs = [s for s in crashes.SIGNATURES if s.repairs]
+    assert len(with_repairs) >= 8
+    flags = bundled_flags("0.5.9")
+    names = set(flags) | {a.lstrip("-") for f in flags.values() for a in f.aliases}
+    patches = {p.name.split(".")[0] for p in (ROOT / "sglang_patches").rglob("*.patch")}
+    for sig in with_repairs:
+        for target, change in sig.repairs:
+            assert change in (LOWER, RAISE) or isinstance(change, (bool, int, float, str)), (sig.id, change)
+            if target.startswith("patch:"):
+                assert target[len("patch:"):] in patches, (sig.id, target)
+            elif not target.isupper():                         # env variables are upper case
+                assert target in names, (sig.id, target)     # an SGLang flag, as its --help spells it
+
+
+def test_repairs_for_an_unknown_id_reads_the_exception_line() -> None:
+    graph = crashes.repairs_for("cuda_graph_capture_failed",
+                                "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 MiB")
+    assert graph == crashes.BY_ID["capture_cuda_graph_failed"].repairs
+    assert crashes.repairs_for("page_table_1_flattened") == crashes.BY_ID["page_table_1_flattened"].repairs
+    assert crashes.repairs_for("no_such_signature", "nothing the catalog knows") == ()
+
+
+def sim_profile() -> Any:
+    prof = load_profile(default_profile_path())
+    prof.search.finalists.top_k = 0
+    return prof
+
+
+def test_repairs_the_space_can_express_become_single_knob_moves() -> None:
+    prof = sim_profile()
+    seeds = try_first_params(prof)[0]
+    moves = repair_moves(prof.search, seeds, crashes.repairs_for("page_table_1_flattened"))
+    assert moves and all(len(m) == 1 for m in moves)
+    for move in moves:
+        (name, value), = move.items()
+        spec = prof.search.space[name]
+        assert any(drives(name, spec, t) for t, _ in crashes.repairs_for("page_table_1_flattened"))
+        assert value != seeds[name] and (spec.choices is None or value in spec.choices)
+    # the patch and the env variable are not knobs of this space: dropped, not invented
+    assert all(not prof.search.space[n].patch and not prof.search.space[n].env for m in moves for n in m)
+
+
+def test_directions_step_to_the_next_value_of_the_range() -> None:
+    prof = sim_profile()
+    cfg = {**baseline_params(prof), "cuda-graph-max-bs": 512, "mem-fraction-static": 0.88}
+    moves = repair_moves(prof.search, cfg, crashes.repairs_for("capture_cuda_graph_failed"))
+    mfs = sorted(prof.search.space["mem-fraction-static"].choices or [])
+    bs = sorted(prof.search.space["cuda-graph-max-bs"].choices or [])
+    assert {"mem-fraction-static": max(v for v in mfs if v < 0.88)} in moves
+    assert {"cuda-graph-max-bs": max(v for v in bs if v < 512)} in moves
+    assert {"disable-cuda-graph": True} in moves
+    lowest = {**cfg, "mem-fraction-static": mfs[0]}
+    assert not any("mem-fraction-static" in m for m in repair_moves(prof.search, lowest,
+                                                                    crashes.repairs_for("cuda_oom_startup")))
+
+
+def test_a_proposal_that_applies_no_repair_keeps_the_crash() -> None:
+    prof = sim_profile()
+    crashed_cfg = {**baseline_params(prof), "cuda-graph-max-bs": 256, "mem-fraction-static": 0.88}
+    crashed = Seen(crashed_cfg, "startup", crashes.repairs_for("capture_cuda_graph_failed"))
+    worse = {**crashed_cfg, "cuda-graph-max-bs": 512, "mem-fraction-static": 0.92}
+    assert keeps_crash(prof.search, worse, crashed)
+    assert not keeps_crash(prof.search, {**crashed_cfg, "mem-fraction-static": 0.85}, crashed)
+    graphs_off = {k: v for k, v in crashed_cfg.items() if k != "cuda-graph-max-bs"} | {"disable-cuda-graph": True}
+    assert not keeps_crash(prof.search, graphs_off, crashed)
+    assert predicted_crash(prof.search, worse, [crashed]) is crashed
+    assert not keeps_crash(prof.search, worse, Seen(crashed_cfg, "startup", ()))   # no repairs: no opinion
+
+
+def test_a_load_crash_is_not_foreseen_once_a_config_that_keeps_it_served_that_load() -> None:
+    prof = sim_profile()
+    fast = try_first_params(prof)[0]
+    fixes = crashes.repairs_for("page_table_1_flattened")
+    crashed = Seen(fast, "load", fixes, {64: 1300.0, 128: 1600.0}, crash_level=256)
+    twin = {**fast, "chunked-prefill-size": 16384}
+    assert predicted_crash(prof.search, twin, [crashed]) is crashed
+    slow = Seen(baseline_params(prof), None, (), {64: 880.0, 128: 880.0, 256: 880.0})
+    assert predicted_crash(prof.search, twin, [crashed, slow]) is crashed      # never served that much
+    strong = Seen({**fast, "max-running-requests": 1024}, None, (), {128: 1650.0, 256: 1900.0})
+    assert predicted_crash(prof.search, twin, [crashed, strong]) is None
+
+
+def test_a_backend_that_never_started_is_foreseen() -> None:
+    prof = sim_profile()
+    base = baseline_params(prof)
+    bad = {**base, "moe-runner-backend": "flashinfer_trtllm"}
+    seen = [Seen(base, None), Seen(bad, "startup")]
+    assert predicted_crash(prof.search, {**bad, "disable-radix-cache": True}, seen) is seen[1]
+    assert predicted_crash(prof.search, {**base, "disable-radix-cache": True}, seen) is None
+
+
+def search_trials(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name=name, storage=storage)
+    return [t for t in study.trials if t.user_attrs.get("role") in ("search", "baseline")
+            and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+
+@pytest.mark.usefixtures("wired")
+def test_a_load_crash_of_a_fast_config_is_repaired_next(tmp_path: Path) -> None:
+    prof = sim_profile()
+    out = run_search(prof, trials=6, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    trials = search_trials(out.storage, prof.name)
+    seeds = trials[1]
+    assert seeds.user_attrs["proposed_by"] == "profile" and seeds.user_attrs["crash_phase"] == "load"
+    repair = trials[2]
+    assert repair.user_attrs["proposed_by"] == "repair" and repair.user_attrs["repair_of"] == seeds.number
+    changed = {k: v for k, v in repair.params.items() if seeds.params.get(k) != v}
+    fixes = crashes.repairs_for(seeds.user_attrs["crash_signature"])
+    assert len(changed) == 1 and (next(iter(changed)), next(iter(changed.values()))) in [
+        (t, c) for t, c in fixes]
+    assert "crash_class" not in repair.user_attrs                        # the repair holds on the whole ladder
+    assert repair.values[0] > max(trials[0].values[0], seeds.values[0])
+
+
+@pytest.mark.usefixtures("wired")
+def test_no_run_config_keeps_a_startup_crash_seen_before(tmp_path: Path) -> None:
+    prof = make_profile(search__finalists={"top_k": 0, "reruns": 0})
+    out = run_search(prof, trials=30, root=tmp_path, evaluate=VirtualEvaluator(prof, 1), seed=1)
+    trials = search_trials(out.storage, prof.name)
+    crashed: list[Seen] = []
+    for t in trials:
+        if t.user_attrs.get("proposed_by") != "profile" and t.user_attrs.get("role") != "baseline":
+            assert predicted_crash(prof.search, t.params, [s for s in crashed if s.crash_phase == "startup"]) \
+                is None, f"trial {t.number} repeats a startup crash"
+        if t.user_attrs.get("crash_phase") == "startup":
+            crashed.append(Seen(dict(t.params), "startup", crashes.repairs_for(
+                t.user_attrs["crash_signature"], t.user_attrs.get("crash_exception", ""))))
+    study = optuna.load_study(study_name=prof.name, storage=out.storage)
+    vetoed = [t for t in study.trials if "vetoed" in t.user_attrs]
+    assert all(t.state == TrialState.FAIL for t in vetoed)              # never run, never counted
+    assert len({config_key(t.params) for t in trials}) == len(trials)
