@@ -237,11 +237,13 @@ class SearchLoop:
                             a.get("crash_level"), t.number))
         return out
 
-    @staticmethod
-    def _center(done: list[FrozenTrial]) -> FrozenTrial | None:
-        """The config the local step moves from: the best feasible one, or a config that crashed under load
-        after serving more than that (its neighbours may keep the speed and lose the crash)."""
+    def _center(self, done: list[FrozenTrial]) -> FrozenTrial | None:
+        """The config the local step moves from: the best feasible one, or (without the catalog, whose repair
+        steps do this better) a config that crashed under load after serving more than that (its neighbours may
+        keep the speed and lose the crash)."""
         best = fin.candidates(done)
+        if self.catalog:
+            return best[0] if best else None
         top = best[0].values[0] if best else 0.0
         load = [t for t in done if t.state == TrialState.COMPLETE and t.values and t.values[0] > top
                 and t.user_attrs.get("crash_phase") == "load"]
