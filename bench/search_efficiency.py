@@ -6,6 +6,7 @@ best stable throughput (exhaustive over the profile's grid), and the share of tr
 configs that crash. Targets: median <= 12 trials, >= 2x fewer than random, <= 10% crash waste.
 
     python bench/search_efficiency.py [--profile profiles/sim-glm5.yaml] [--seeds 10] [--trials 40]
+        [--samplers tpe,random,grid] [--target TOK_S] [--no-try-first]
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere in the checkout
 from tunectl.search.space import grid_space, is_active, knob_order
 
 from tunectl.profile import Profile, default_profile_path, load_profile
@@ -68,14 +71,42 @@ def one_run(prof: Profile, sampler: str, seed: int, trials: int, target: float) 
     with tempfile.TemporaryDirectory() as root:
         out = run_search(p, trials=trials, root=root, evaluate=VirtualEvaluator(p, seed), seed=seed)
         study = optuna.load_study(study_name=p.name, storage=out.storage)
-        ordered = [t for t in study.trials if t.user_attrs.get("role") in ("search", "baseline")
-                   and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        every = study.trials
+    ordered = [t for t in every if t.user_attrs.get("role") in ("search", "baseline")
+               and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     feasible = [t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values()) for t in ordered]
     values = [t.values[0] if ok else 0.0 for t, ok in zip(ordered, feasible)]
     reach = next((i + 1 for i, v in enumerate(values) if v >= 0.95 * target), None)
     late = [t.user_attrs.get("crash_class") is not None for t in ordered[10:]]
     return {"reach": reach, "best": max(values, default=0.0), "waste": sum(late) / max(1, len(late)),
-            "n": len(ordered)}
+            "n": len(ordered), "repairs": sum(t.user_attrs.get("proposed_by") == "repair" for t in ordered),
+            "vetoed": sum("vetoed" in t.user_attrs for t in every)}
+
+
+def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
+    reach = [r["reach"] or trials + 1 for r in runs]
+    return {"median": statistics.median(reach), "reached": sum(r["reach"] is not None for r in runs),
+            "waste": statistics.mean(r["waste"] for r in runs), "best": statistics.mean(r["best"] for r in runs),
+            "per_seed": reach, "repairs": sum(r["repairs"] for r in runs), "vetoed": sum(r["vetoed"] for r in runs)}
+
+
+def print_table(rows: dict[str, dict[str, Any]], seeds: int, trials: int) -> None:
+    head = (f"{'sampler':8} {'median to 95%':>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
+            f"{'mean best':>9} {'repairs':>7} {'vetoed':>6} {'wall':>5}  trials to 95% per seed")
+    print("\n" + head + "\n" + "-" * len(head))
+    rand = rows.get("random", {}).get("median")
+    for name, r in rows.items():
+        ratio = f"{rand / r['median']:.1f}x" if rand else "-"
+        print(f"{name:8} {r['median']:>13.1f} {r['reached']:>11}/{seeds:<2} {ratio:>9} {r['waste']:>11.0%} "
+              f"{r['best']:>9,.0f} {r['repairs']:>7} {r['vetoed']:>6} {r['wall']:>4.0f}s  "
+              + " ".join(str(x) for x in r["per_seed"]))
+    print(f"\ncrash waste: share of trials after trial 10 that crashed (mean over seeds); not reached within "
+          f"{trials} trials counts as {trials + 1}; repairs/vetoed: repair steps run, proposals dropped unrun "
+          f"(all seeds)")
+    if "tpe" in rows and rand:
+        tpe = rows["tpe"]
+        print(f"targets (issue 4): median {tpe['median']:.0f} (<= 12), {rand / tpe['median']:.1f}x fewer than "
+              f"random (>= 2x), crash waste {tpe['waste']:.0%} (<= 10%)")
 
 
 def main() -> None:
@@ -86,9 +117,13 @@ def main() -> None:
     ap.add_argument("--samplers", default="tpe,random,grid")
     ap.add_argument("--target", type=float, default=None,
                     help="the card's best stable throughput, if known (skips the exhaustive grid pass)")
+    ap.add_argument("--no-try-first", action="store_true",
+                    help="drop the profile's search.try_first configs (the search on its own)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     prof = load_profile(args.profile or default_profile_path())
+    if args.no_try_first:
+        prof.search.try_first = []
     t0 = time.monotonic()
     if args.target:
         target = args.target
@@ -97,19 +132,14 @@ def main() -> None:
         target, where, grid_crash = card_best(prof)
         print(f"profile {prof.source}: {len(grid_configs(prof))} grid configs, {grid_crash:.0%} crash; "
               f"best stable {target:,.0f} tok/s ({time.monotonic() - t0:.0f}s)\n  at {where}")
+    print(f"{args.seeds} seeds x {args.trials} trials; 95% = {0.95 * target:,.0f} tok/s; try_first: "
+          f"{len(prof.search.try_first)} config(s)")
     rows = {}
     for sampler in args.samplers.split(","):
+        started = time.monotonic()
         runs = [one_run(prof, sampler, s, args.trials, target) for s in range(args.seeds)]
-        reach = [r["reach"] or args.trials + 1 for r in runs]
-        rows[sampler] = (statistics.median(reach), sum(r["reach"] is not None for r in runs),
-                         statistics.mean(r["waste"] for r in runs), statistics.mean(r["best"] for r in runs))
-    print(f"\n{'sampler':8} {'median trials to 95%':>21} {'reached':>8} {'crash waste >10':>16} {'mean best':>10}")
-    for sampler, (med, ok, waste, best) in rows.items():
-        print(f"{sampler:8} {med:>21.1f} {ok:>5}/{args.seeds:<2} {waste:>16.0%} {best:>10,.0f}")
-    if "tpe" in rows and "random" in rows:
-        print(f"\nTPE vs random: {rows['random'][0] / rows['tpe'][0]:.1f}x fewer trials (target >= 2x); "
-              f"median {rows['tpe'][0]:.0f} (target <= 12); crash waste {rows['tpe'][2]:.0%} (target <= 10%)")
-    print("(not reached within the budget counts as budget + 1)")
+        rows[sampler] = {**summarize(runs, args.trials), "wall": time.monotonic() - started}
+    print_table(rows, args.seeds, args.trials)
 
 
 if __name__ == "__main__":
