@@ -6,7 +6,7 @@ best stable throughput (exhaustive over the profile's grid), and the share of tr
 configs that crash. Targets: median <= 12 trials, >= 2x fewer than random, <= 10% crash waste.
 
     python bench/search_efficiency.py [--profile profiles/sim-glm5.yaml] [--seeds 10] [--trials 40]
-        [--samplers tpe,random,grid] [--target TOK_S] [--no-try-first]
+        [--first-seed 0] [--samplers tpe,random,grid] [--target TOK_S] [--no-try-first]
 """
 from __future__ import annotations
 
@@ -113,6 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", type=Path, default=None)
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--samplers", default="tpe,random,grid")
     ap.add_argument("--target", type=float, default=None,
@@ -132,12 +133,13 @@ def main() -> None:
         target, where, grid_crash = card_best(prof)
         print(f"profile {prof.source}: {len(grid_configs(prof))} grid configs, {grid_crash:.0%} crash; "
               f"best stable {target:,.0f} tok/s ({time.monotonic() - t0:.0f}s)\n  at {where}")
-    print(f"{args.seeds} seeds x {args.trials} trials; 95% = {0.95 * target:,.0f} tok/s; try_first: "
+    print(f"{args.seeds} seeds (from {args.first_seed}) x {args.trials} trials; 95% = {0.95 * target:,.0f} tok/s; try_first: "
           f"{len(prof.search.try_first)} config(s)")
     rows = {}
     for sampler in args.samplers.split(","):
         started = time.monotonic()
-        runs = [one_run(prof, sampler, s, args.trials, target) for s in range(args.seeds)]
+        runs = [one_run(prof, sampler, s, args.trials, target)
+                for s in range(args.first_seed, args.first_seed + args.seeds)]
         rows[sampler] = {**summarize(runs, args.trials), "wall": time.monotonic() - started}
     print_table(rows, args.seeds, args.trials)
 
