@@ -52,6 +52,13 @@ def keeps_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen) -> bo
     return expressed
 
 
+def repairs_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen) -> bool:
+    """The proposal applies at least one of the crash's catalog repairs the space expresses."""
+    return bool(crashed.fixes) and not keeps_crash(search, params, crashed) and any(
+        drives(name, spec, target) and name in crashed.params
+        for target, _ in crashed.fixes for name, spec in search.space.items())
+
+
 def _load_at(crashed: Seen) -> float:
     """What the crashed config served just below its crash level; 0 when unknown."""
     below = [c for c in crashed.levels if crashed.crash_level is None or c < crashed.crash_level]

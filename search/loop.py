@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
-from tunectl.search.foresight import Seen, predicted_crash
+from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup, lookup, repaired_configs
 from tunectl.search.sampler import (
@@ -177,7 +177,8 @@ class SearchLoop:
         if center is None:
             return
         cands = neighbours(self.prof.search, dict(center.params), seen, self.rng, _history(done),
-                           baseline_params(self.prof) if self.catalog else None)
+                           baseline_params(self.prof) if self.catalog else None,
+                           self._explainer(done) if self.catalog else None)
         pick = next((c for c in cands if not self._foreseen(c, done)), None)
         if pick is not None:
             self.study.enqueue_trial(pick, user_attrs={"role": "search", "proposed_by": "local"})
@@ -225,6 +226,18 @@ class SearchLoop:
         VETO_RISK or more."""
         return (predicted_crash(self.prof.search, params, self._seen(done)) is not None
                 or len(done) >= TPE_STARTUP and startup_risk(params, _history(done)) >= VETO_RISK)
+
+    def _explainer(self, done: list[FrozenTrial]) -> Callable[[dict[str, Any]], History]:
+        """The history without the crashes a candidate repairs (it applies one of their catalog repairs): those
+        say nothing about its own risk (fp8 KV crashed with the chunked prefix cache on, not with it off)."""
+        rows, known = _history(done), self._seen(done)
+        fixable = [i for i, s in enumerate(known) if s.crash_phase and s.fixes]
+
+        def explain(cand: dict[str, Any]) -> History:
+            gone = {i for i in fixable if repairs_crash(self.prof.search, cand, known[i])}
+            return [r for i, r in enumerate(rows) if i not in gone] if gone else rows
+
+        return explain
 
     def _seen(self, done: list[FrozenTrial]) -> list[Seen]:
         out = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -146,8 +147,10 @@ def predicted_value(params: dict[str, Any], history: History) -> float:
 
 
 def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rng: random.Random,
-               history: History, fill: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first."""
+               history: History, fill: dict[str, Any] | None = None,
+               explain: Callable[[dict[str, Any]], History] | None = None) -> list[dict[str, Any]]:
+    """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first.
+    `explain(cand)`: the history as it bears on that candidate (crashes it repairs left out)."""
     from tunectl.search.space import config_key
 
     grid = grid_space(search, points=6)
@@ -161,6 +164,7 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
         key = config_key(cand)
         if key not in keys:
             keys.add(key)
-            out.append((-predicted_value(cand, history), len(move), rng.random(), cand))
+            out.append((-predicted_value(cand, explain(cand) if explain else history), len(move), rng.random(),
+                        cand))
     return [c for *_, c in sorted(out, key=lambda x: x[:3])]
 
