@@ -15,22 +15,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
-from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
 from tunectl.search.pruning import make_pruner
-from tunectl.search.repair import RepairLookup, lookup, repaired_configs
-from tunectl.search.sampler import (
-    LOCAL_AFTER,
-    LOCAL_EVERY,
-    MAX_VETOES,
-    TPE_STARTUP,
-    VETO_RISK,
-    History,
-    complete,
-    neighbours,
-    random_params,
-    startup_risk,
-)
+from tunectl.search.repair import RepairLookup
+from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params
 from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
+from tunectl.search.steps import Steps, counted, finished
 from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
 
 from tunectl.models import LevelResult, TrialResult
@@ -60,47 +49,6 @@ class LoopStats:
     verdicts: list[fin.FinalistVerdict] = field(default_factory=list)
 
 
-def _outcome(t: FrozenTrial) -> str:
-    if t.state != TrialState.COMPLETE:
-        return "pruned"
-    if "crash_class" not in t.user_attrs and not t.user_attrs.get("degenerate"):
-        return "ok"
-    return "startup" if t.user_attrs.get("crash_phase") == "startup" or not t.values or not t.values[0] else "load"
-
-
-def _history(done: list[FrozenTrial]) -> History:
-    return [(t.params, _outcome(t), t.values[0] if t.values else 0.0) for t in done]
-
-
-def _level_values(t: FrozenTrial) -> dict[tuple[str, int], float]:
-    ladder = t.user_attrs.get("ladder") or []
-    return {(w, int(c)): float(thr) for w, c, status, thr, _ in ladder if status == "ok"}
-
-
-def _outpaced(t: FrozenTrial, incumbent: FrozenTrial | None) -> bool:
-    """A config that crashed under load after serving more than the incumbent did at the same levels."""
-    if t.state != TrialState.COMPLETE or t.user_attrs.get("crash_phase") != "load" or not t.values:
-        return False
-    if incumbent is None:
-        return t.values[0] > 0
-    mine, theirs = _level_values(t), _level_values(incumbent)
-    top = max(mine, key=lambda k: k[1], default=None)
-    return top is not None and mine[top] > theirs.get(top, incumbent.values[0])
-
-
-def _improved(done: list[FrozenTrial]) -> bool:
-    """The last finished trial was a local or repair step and is the new incumbent."""
-    last = max(done, key=lambda t: t.number)
-    best = fin.candidates(done)
-    return bool(best) and best[0].number == last.number and last.user_attrs.get("proposed_by") in ("local", "repair")
-
-
-def counted(t: FrozenTrial) -> bool:
-    """Trials that use the search budget: search/baseline, not duplicates, not failed attempts."""
-    return (fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
-            and t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING))
-
-
 class SearchLoop:
     def __init__(self, study: optuna.Study, prof: Profile, hooks: Hooks, host_key: str, state: HostState,
                  heartbeat_s: float = 10.0, seed: int | None = 0):
@@ -109,11 +57,7 @@ class SearchLoop:
         self.stats = LoopStats()
         self.rng = random.Random(seed)
         self.local_steps = prof.search.sampler == "tpe"
-        # With the crash catalog's repairs (Hooks.repairs), local steps also keep going while they improve and
-        # fill knobs that become active with their baseline values (the catalog's vetoes catch the crashes a
-        # walk then meets); without it they alternate with the sampler and draw such knobs at random.
-        self.catalog = hooks.repairs is not None
-        self._turn = 0
+        self.steps = Steps(prof, hooks.repairs, self.rng)
 
     def emit(self, kind: str, **data: Any) -> None:
         if self.hooks.on_event is not None:
@@ -155,63 +99,20 @@ class SearchLoop:
                 return
 
     def _maybe_local_step(self) -> None:
-        """Queue a repair step or a local step before the sampler's next proposal: a repair whenever a config
-        that out-served the incumbent crashed with a signature the catalog can repair; a local step every
-        LOCAL_EVERY-th turn, and on every turn while the last local step improved the incumbent."""
+        """Queue the loop's own proposal (a repair or local step, search/steps.py), if it has one now."""
         if self.local_steps is False or self._waiting():
             return
-        trials = self.trials()
-        done = [t for t in trials if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-        self._turn += 1
-        if len(done) < LOCAL_AFTER:
-            return
-        seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
-        repair = self._repair(done, seen)
-        if repair is not None:
-            self.study.enqueue_trial(repair[1], user_attrs={"role": "search", "proposed_by": "repair",
-                                                            "repair_of": repair[0]})
-            return
-        if self._turn % LOCAL_EVERY and not (self.catalog and _improved(done)):
-            return
-        center = self._center(done)
-        if center is None:
-            return
-        cands = neighbours(self.prof.search, dict(center.params), seen, self.rng, _history(done),
-                           baseline_params(self.prof) if self.catalog else None,
-                           self._explainer(done) if self.catalog else None)
-        pick = next((c for c in cands if not self._foreseen(c, done)), None)
-        if pick is not None:
-            self.study.enqueue_trial(pick, user_attrs={"role": "search", "proposed_by": "local"})
-
-    def _repair(self, done: list[FrozenTrial], seen: set[str]) -> tuple[int, dict[str, Any]] | None:
-        """The first untried repair of the fastest config that crashed under load while serving more than the
-        incumbent did at the same levels."""
-        if self.hooks.repairs is None:
-            return None
-        best = fin.candidates(done)
-        fixed = {t.user_attrs.get("repair_of") for t in best}
-        known = self._seen(done)
-        base = baseline_params(self.prof)
-        for t in sorted((t for t in done if _outpaced(t, best[0] if best else None)), key=lambda t: -t.values[0]):
-            if t.number in fixed:
-                continue                        # one of its repairs already serves the whole ladder
-            fixes = lookup(self.hooks.repairs, t.user_attrs.get("crash_signature"),
-                           str(t.user_attrs.get("crash_exception", "")))
-            for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
-                                         lambda p: complete(self.prof.search, p, self.rng, base)):
-                if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None:
-                    return t.number, cand
-        return None
+        step = self.steps.next(self.trials())
+        if step is not None:
+            self.study.enqueue_trial(step[0], user_attrs=step[1])
 
     def _veto(self, trial: optuna.trial.Trial) -> bool:
-        """Drop a sampler proposal the history says will crash at startup (told FAIL: no budget used, ignored by
-        the sampler); the next ask proposes again."""
+        """Drop a sampler proposal the history says will crash (told FAIL: no budget used, ignored by the
+        sampler); the next ask proposes again."""
         if not self.local_steps or "fixed_params" in self.study._storage.get_trial_system_attrs(trial._trial_id):
             return False
-        done = [t for t in self.trials() if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         params = suggest(trial, self.prof.search)
-        like = predicted_crash(self.prof.search, params, self._seen(done))
-        risk = 1.0 if like is not None else startup_risk(params, _history(done)) if len(done) >= TPE_STARTUP else 0.0
+        risk, like = self.steps.veto(params, finished(self.trials()))
         if risk < VETO_RISK:
             return False
         trial.set_user_attr("vetoed", round(risk, 3))
@@ -220,47 +121,6 @@ class SearchLoop:
         self.study.tell(trial, state=TrialState.FAIL)
         self.emit("vetoed", n=trial.number, params=params, risk=risk)
         return True
-
-    def _foreseen(self, params: dict[str, Any], done: list[FrozenTrial]) -> bool:
-        """A crash the history predicts: one the vetoes of search/foresight.py flag, or startup-crash odds of
-        VETO_RISK or more."""
-        return (predicted_crash(self.prof.search, params, self._seen(done)) is not None
-                or len(done) >= TPE_STARTUP and startup_risk(params, _history(done)) >= VETO_RISK)
-
-    def _explainer(self, done: list[FrozenTrial]) -> Callable[[dict[str, Any]], History]:
-        """The history without the crashes a candidate repairs (it applies one of their catalog repairs): those
-        say nothing about its own risk (fp8 KV crashed with the chunked prefix cache on, not with it off)."""
-        rows, known = _history(done), self._seen(done)
-        fixable = [i for i, s in enumerate(known) if s.crash_phase and s.fixes]
-
-        def explain(cand: dict[str, Any]) -> History:
-            gone = {i for i in fixable if repairs_crash(self.prof.search, cand, known[i])}
-            return [r for i, r in enumerate(rows) if i not in gone] if gone else rows
-
-        return explain
-
-    def _seen(self, done: list[FrozenTrial]) -> list[Seen]:
-        out = []
-        for t in done:
-            a = t.user_attrs
-            phase = None if a.get("crash_class") is None else "startup" if _outcome(t) == "startup" else "load"
-            fixes = lookup(self.hooks.repairs, a.get("crash_signature"), str(a.get("crash_exception", ""))) \
-                if phase else ()
-            out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in _level_values(t).items()},
-                            a.get("crash_level"), t.number))
-        return out
-
-    def _center(self, done: list[FrozenTrial]) -> FrozenTrial | None:
-        """The config the local step moves from: the best feasible one, or (without the catalog, whose repair
-        steps do this better) a config that crashed under load after serving more than that (its neighbours may
-        keep the speed and lose the crash)."""
-        best = fin.candidates(done)
-        if self.catalog:
-            return best[0] if best else None
-        top = best[0].values[0] if best else 0.0
-        load = [t for t in done if t.state == TrialState.COMPLETE and t.values and t.values[0] > top
-                and t.user_attrs.get("crash_phase") == "load"]
-        return max(load, key=lambda t: t.values[0]) if load else (best[0] if best else None)
 
     def _waiting(self) -> bool:
         return any(t.state == TrialState.WAITING for t in self.trials())

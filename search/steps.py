@@ -1,0 +1,172 @@
+"""The loop's own proposals between the sampler's: repair steps, local steps, and the vetoes on all of them.
+
+Read from the finished trials of the study each time (so several workers and a resumed study see the same
+history). `Steps.next` says what to queue before the sampler's next proposal; `Steps.veto` whether a proposal
+should be dropped unrun. docs/search.md describes the rules; the crash catalog's repairs come in as `repairs`.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+from tunectl.search import finalists as fin
+from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
+from tunectl.search.repair import RepairLookup, lookup, repaired_configs
+from tunectl.search.sampler import (
+    LOCAL_AFTER,
+    LOCAL_EVERY,
+    TPE_STARTUP,
+    VETO_RISK,
+    History,
+    complete,
+    neighbours,
+    startup_risk,
+)
+from tunectl.search.space import baseline_params, config_key
+
+from tunectl.profile import Profile
+
+
+def outcome(t: FrozenTrial) -> str:
+    if t.state != TrialState.COMPLETE:
+        return "pruned"
+    if "crash_class" not in t.user_attrs and not t.user_attrs.get("degenerate"):
+        return "ok"
+    return "startup" if t.user_attrs.get("crash_phase") == "startup" or not t.values or not t.values[0] else "load"
+
+
+def history(done: list[FrozenTrial]) -> History:
+    return [(t.params, outcome(t), t.values[0] if t.values else 0.0) for t in done]
+
+
+def level_values(t: FrozenTrial) -> dict[tuple[str, int], float]:
+    ladder = t.user_attrs.get("ladder") or []
+    return {(w, int(c)): float(thr) for w, c, status, thr, _ in ladder if status == "ok"}
+
+
+def outpaced(t: FrozenTrial, incumbent: FrozenTrial | None) -> bool:
+    """A config that crashed under load after serving more than the incumbent did at the same levels."""
+    if t.state != TrialState.COMPLETE or t.user_attrs.get("crash_phase") != "load" or not t.values:
+        return False
+    if incumbent is None:
+        return t.values[0] > 0
+    mine, theirs = level_values(t), level_values(incumbent)
+    top = max(mine, key=lambda k: k[1], default=None)
+    return top is not None and mine[top] > theirs.get(top, incumbent.values[0])
+
+
+def improved(done: list[FrozenTrial]) -> bool:
+    """The last finished trial was a local or repair step and is the new incumbent."""
+    last = max(done, key=lambda t: t.number)
+    best = fin.candidates(done)
+    return bool(best) and best[0].number == last.number and last.user_attrs.get("proposed_by") in ("local", "repair")
+
+
+def counted(t: FrozenTrial) -> bool:
+    """Trials that use the search budget: search/baseline, not duplicates, not failed attempts."""
+    return (fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
+            and t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING))
+
+
+def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    return [t for t in trials if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+
+class Steps:
+    def __init__(self, prof: Profile, repairs: RepairLookup | None, rng: random.Random):
+        self.prof, self.repairs, self.rng = prof, repairs, rng
+        # With the crash catalog's repairs, local steps also keep going while they improve and fill knobs that
+        # become active with their baseline values (the catalog's vetoes catch the crashes a walk then meets);
+        # without it they alternate with the sampler and draw such knobs at random.
+        self.catalog = repairs is not None
+        self.turn = 0
+
+    def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(params, user_attrs) to queue before the sampler's next proposal: a repair whenever a config that
+        out-served the incumbent crashed with a signature the catalog can repair; a local step every
+        LOCAL_EVERY-th turn, and on every turn while the last local or repair step improved the incumbent."""
+        done = finished(trials)
+        self.turn += 1
+        if len(done) < LOCAL_AFTER:
+            return None
+        seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
+        repair = self._repair(done, seen)
+        if repair is not None:
+            return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0]}
+        if self.turn % LOCAL_EVERY and not (self.catalog and improved(done)):
+            return None
+        center = self._center(done)
+        if center is None:
+            return None
+        cands = neighbours(self.prof.search, dict(center.params), seen, self.rng, history(done),
+                           baseline_params(self.prof) if self.catalog else None,
+                           self._explainer(done) if self.catalog else None)
+        pick = next((c for c in cands if not self.foreseen(c, done)), None)
+        return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
+
+    def veto(self, params: dict[str, Any], done: list[FrozenTrial]) -> tuple[float, Seen | None]:
+        """The odds that a proposal crashes as the history foresees, and the crash it would repeat."""
+        like = predicted_crash(self.prof.search, params, self.seen(done))
+        if like is not None:
+            return 1.0, like
+        return (startup_risk(params, history(done)) if len(done) >= TPE_STARTUP else 0.0), None
+
+    def foreseen(self, params: dict[str, Any], done: list[FrozenTrial]) -> bool:
+        return self.veto(params, done)[0] >= VETO_RISK
+
+    def _repair(self, done: list[FrozenTrial], seen: set[str]) -> tuple[int, dict[str, Any]] | None:
+        """The first untried repair of the fastest config that crashed under load while serving more than the
+        incumbent did at the same levels."""
+        if self.repairs is None:
+            return None
+        best = fin.candidates(done)
+        fixed = {t.user_attrs.get("repair_of") for t in best}
+        known = self.seen(done)
+        base = baseline_params(self.prof)
+        for t in sorted((t for t in done if outpaced(t, best[0] if best else None)), key=lambda t: -t.values[0]):
+            if t.number in fixed:
+                continue                        # one of its repairs already serves the whole ladder
+            fixes = lookup(self.repairs, t.user_attrs.get("crash_signature"),
+                           str(t.user_attrs.get("crash_exception", "")))
+            for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
+                                         lambda p: complete(self.prof.search, p, self.rng, base)):
+                if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None:
+                    return t.number, cand
+        return None
+
+    def _explainer(self, done: list[FrozenTrial]) -> Callable[[dict[str, Any]], History]:
+        """The history without the crashes a candidate repairs (it applies one of their catalog repairs): those
+        say nothing about its own risk (fp8 KV crashed with the chunked prefix cache on, not with it off)."""
+        rows, known = history(done), self.seen(done)
+        fixable = [i for i, s in enumerate(known) if s.crash_phase and s.fixes]
+
+        def explain(cand: dict[str, Any]) -> History:
+            gone = {i for i in fixable if repairs_crash(self.prof.search, cand, known[i])}
+            return [r for i, r in enumerate(rows) if i not in gone] if gone else rows
+
+        return explain
+
+    def seen(self, done: list[FrozenTrial]) -> list[Seen]:
+        out = []
+        for t in done:
+            a = t.user_attrs
+            phase = None if a.get("crash_class") is None else "startup" if outcome(t) == "startup" else "load"
+            fixes = lookup(self.repairs, a.get("crash_signature"), str(a.get("crash_exception", ""))) \
+                if phase else ()
+            out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in level_values(t).items()},
+                            a.get("crash_level"), t.number))
+        return out
+
+    def _center(self, done: list[FrozenTrial]) -> FrozenTrial | None:
+        """The config the local step moves from: the best feasible one, or (without the catalog, whose repair
+        steps do this better) a config that crashed under load after serving more than that (its neighbours may
+        keep the speed and lose the crash)."""
+        best = fin.candidates(done)
+        if self.catalog:
+            return best[0] if best else None
+        top = best[0].values[0] if best else 0.0
+        load = [t for t in done if t.state == TrialState.COMPLETE and t.values and t.values[0] > top
+                and t.user_attrs.get("crash_phase") == "load"]
+        return max(load, key=lambda t: t.values[0]) if load else (best[0] if best else None)
