@@ -77,9 +77,10 @@ def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 class Steps:
     def __init__(self, prof: Profile, repairs: RepairLookup | None, rng: random.Random):
         self.prof, self.repairs, self.rng = prof, repairs, rng
-        # With the crash catalog's repairs, local steps also keep going while they improve and fill knobs that
-        # become active with their baseline values (the catalog's vetoes catch the crashes a walk then meets);
-        # without it they alternate with the sampler and draw such knobs at random.
+        # With the crash catalog's repairs: repair steps, the vetoes of search/foresight.py on every proposal,
+        # local steps that keep going while they improve and fill knobs that become active with their baseline
+        # values (the vetoes catch the crashes such a walk meets). Without it, the loop of before: local steps
+        # alternate with the sampler, draw such knobs at random, and only the startup-crash odds veto.
         self.catalog = repairs is not None
         self.turn = 0
 
@@ -103,12 +104,13 @@ class Steps:
         cands = neighbours(self.prof.search, dict(center.params), seen, self.rng, history(done),
                            baseline_params(self.prof) if self.catalog else None,
                            self._explainer(done) if self.catalog else None)
-        pick = next((c for c in cands if not self.foreseen(c, done)), None)
+        pick = next((c for c in cands if not (self.catalog and self.foreseen(c, done))), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
 
     def veto(self, params: dict[str, Any], done: list[FrozenTrial]) -> tuple[float, Seen | None]:
-        """The odds that a proposal crashes as the history foresees, and the crash it would repeat."""
-        like = predicted_crash(self.prof.search, params, self.seen(done))
+        """The odds that a proposal crashes as the history foresees, and the crash it would repeat (the rules of
+        search/foresight.py with the catalog; the startup-crash odds always)."""
+        like = predicted_crash(self.prof.search, params, self.seen(done)) if self.catalog else None
         if like is not None:
             return 1.0, like
         return (startup_risk(params, history(done)) if len(done) >= TPE_STARTUP else 0.0), None
