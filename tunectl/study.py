@@ -16,6 +16,7 @@ import optuna
 
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
+from tunectl.runners.crashes import repairs_for
 from tunectl.search import finalists as fin
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
 from tunectl.search.sampler import make_sampler
@@ -155,7 +156,8 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                            "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
                       cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
-                      on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname))
+                      on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname),
+                      repairs=repairs_for)
         state = HostState(store.dir / "hosts", key)
         recovered = recover(study, key, state, hooks.cleanup)
         if recovered and on_event:
