@@ -57,6 +57,7 @@ def test_trials_lists_every_trial_with_status(results_root):
     for t in StudyStore("glm5-search", results_root).trials():
         assert f"│ {t.trial:>2} │" in res.stdout or f"│ {t.trial} │" in res.stdout
     assert "load_crash @c=512" in res.stdout and "pruned" in res.stdout
+    assert "config_error @startup" in res.stdout and "@c=None" not in res.stdout
 
 
 def test_diff_two_trials_shows_differing_flags_and_the_crash(results_root):

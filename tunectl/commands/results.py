@@ -86,7 +86,8 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     for r in rows:
         flags = fmt_params(r["key_flags"]) or "(as baseline)"
         flags = "(baseline)" if r["role"] == "baseline" else flags
-        crash = f"{r['crash_class']} @c={r['crashed_at']}" if r["crash_class"] else ""
+        where = "startup" if r["crashed_at"] is None else f"c={r['crashed_at']}"
+        crash = f"{r['crash_class']} @{where}" if r["crash_class"] else ""
         tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
                     f"{r['output_throughput']:,.0f}", str(r["peak_concurrency"] or "-"),
                     str(r["max_stable_concurrency"]), crash)
