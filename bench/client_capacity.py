@@ -70,7 +70,8 @@ def measure(url: str, conc: int, procs: int | str, args: argparse.Namespace) -> 
             str(res.failed))
 
 
-def _print(rows: list[tuple[str, ...]]) -> None:
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    """Right-aligned columns, the first row as the header."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for k, row in enumerate(rows):
         print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
@@ -105,7 +106,7 @@ def main() -> None:
     finally:
         fake.stop(proc)
         shutil.rmtree(args.stats_dir, ignore_errors=True)
-    _print(rows)
+    print_table(rows)
 
 
 if __name__ == "__main__":

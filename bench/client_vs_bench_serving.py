@@ -5,8 +5,9 @@ then one token every `--itl-ms` per stream, whatever the load, so what each clie
 the truth: median TTFT = ttft-ms, median ITL = itl-ms, and an output throughput bounded by the streams' cadence.
 Each point runs the built-in client (`tunectl.runners.bench.run_level`, the same call `tunectl sweep` makes) and
 `python -m sglang.bench_serving --backend sglang --dataset-name random-ids` with the same requests count,
-lengths and concurrency, and samples the bench_serving process's CPU use (/proc) while it runs: a single Python
-event loop at ~100% of one core is a client that measures itself, not the server.
+lengths and concurrency, and samples the bench_serving process's CPU use (/proc) while it runs. "client CPU" is
+CPU seconds / wall seconds of the measurement, for the built-in client its busiest process (`cpu_busy_max`, what
+flags it client-bound): a single Python event loop near 100% of one core measures itself, not the server.
 
     python bench/client_vs_bench_serving.py                        # 16, 64, 256, 512 streams, 20 ms cadence
     python bench/client_vs_bench_serving.py --concurrency 64,512 --itl-ms 10 --server-workers 8
@@ -27,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.client_capacity import print_table
 from tunectl.runners import _bench_fakeserver as fake
 from tunectl.runners.bench import run_level
 
@@ -34,7 +36,7 @@ from tunectl.profile import WorkloadSpec
 
 TOKENIZER = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizer"
 HEADER = ("concurrency", "client", "output tok/s", "median TTFT ms (truth)", "median ITL ms (truth)",
-          "client CPU max", "wall s")
+          "client CPU", "wall s")
 
 
 def _cpu_ticks(pid: int) -> int | None:
@@ -46,11 +48,13 @@ def _cpu_ticks(pid: int) -> int | None:
 
 
 class CpuSampler(threading.Thread):
-    """The largest share of one core a process used over any `window_s` while it ran."""
+    """Samples a process's CPU seconds until it exits, so the share of one core it used over its last seconds
+    (the benchmark itself, after imports and tokenizer loading) can be read as the built-in client reads its own:
+    CPU seconds / wall seconds of the measurement."""
 
-    def __init__(self, pid: int, window_s: float = 1.0, every_s: float = 0.1) -> None:
+    def __init__(self, pid: int, every_s: float = 0.1) -> None:
         super().__init__(daemon=True)
-        self.pid, self.window_s, self.every_s, self.samples = pid, window_s, every_s, []
+        self.pid, self.every_s, self.samples = pid, every_s, []
 
     def run(self) -> None:
         hz = os.sysconf("SC_CLK_TCK")
@@ -58,15 +62,12 @@ class CpuSampler(threading.Thread):
             self.samples.append((time.monotonic(), t / hz))
             time.sleep(self.every_s)
 
-    def max_share(self, since: float) -> float:
+    def share_since(self, since: float) -> float:
         pts = [(t, c) for t, c in self.samples if t >= since]
-        best = 0.0
-        for i, (t0, c0) in enumerate(pts):
-            for t1, c1 in pts[i + 1:]:
-                if t1 - t0 >= self.window_s:
-                    best = max(best, (c1 - c0) / (t1 - t0))
-                    break
-        return best
+        if len(pts) < 2:
+            return 0.0
+        (t0, c0), (t1, c1) = pts[0], pts[-1]
+        return (c1 - c0) / max(t1 - t0, 1e-9)
 
 
 def bench_serving(port: int, conc: int, n: int, args: argparse.Namespace, out: Path) -> tuple[dict, float, float]:
@@ -85,8 +86,9 @@ def bench_serving(port: int, conc: int, n: int, args: argparse.Namespace, out: P
         raise SystemExit(f"bench_serving failed (exit {proc.returncode}):\n{stdout[-2000:]}")
     result = json.loads(out.read_text().splitlines()[-1])
     out.unlink()
+    sampler.join(1.0)
     # only the benchmark itself: its last `duration` seconds (imports and tokenizer loading come before)
-    share = sampler.max_share(since=time.monotonic() - float(result["duration"]) - 0.5)
+    share = sampler.share_since(time.monotonic() - float(result["duration"]) - 0.3)
     return result, share, time.monotonic() - t0
 
 
@@ -94,14 +96,6 @@ def row(conc: int, client: str, m: dict, cpu: float, wall: float, args: argparse
     return (str(conc), client, f"{m['output_throughput']:,.0f}",
             f"{m['median_ttft_ms']:.1f} ({args.ttft_ms:g})", f"{m['median_itl_ms']:.1f} ({args.itl_ms:g})",
             f"{cpu:.0%}", f"{wall:.1f}")
-
-
-def _print(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for k, r in enumerate(rows):
-        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
-        if k == 0:
-            print("  ".join("-" * w for w in widths))
 
 
 def main() -> None:
@@ -133,7 +127,7 @@ def main() -> None:
                 rows.append(row(conc, "bench_serving", m, cpu, wall, args))
     finally:
         fake.stop(proc)
-    _print(rows)
+    print_table(rows)
 
 
 if __name__ == "__main__":
