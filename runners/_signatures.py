@@ -22,8 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-LOWER, RAISE = "<lower>", "<raise>"
-Repair = tuple[str, object]
+from tunectl.models import LOWER, RAISE, Repair
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,9 @@ from typing import Any
 
 from tunectl.search.space import grid_space, is_active, knob_order
 
+from tunectl.models import LOWER, RAISE
 from tunectl.profile import ParamSpec, SearchSpec
 
-# Directions, as the catalog spells them (tests keep the two in line).
-LOWER, RAISE = "<lower>", "<raise>"
 RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
 
 

@@ -147,10 +147,10 @@ def predicted_value(params: dict[str, Any], history: History) -> float:
 
 
 def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rng: random.Random,
-               history: History, fill: dict[str, Any] | None = None,
-               explain: Callable[[dict[str, Any]], History] | None = None) -> list[dict[str, Any]]:
+               fill: dict[str, Any], explain: Callable[[dict[str, Any]], History]) -> list[dict[str, Any]]:
     """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first.
-    `explain(cand)`: the history as it bears on that candidate (crashes it repairs left out)."""
+    Knobs that become active take their value in `fill`; `explain(cand)`: the history as it bears on that
+    candidate (crashes it repairs left out)."""
     from tunectl.search.space import config_key
 
     grid = grid_space(search, points=6)
@@ -164,7 +164,6 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
         key = config_key(cand)
         if key not in keys:
             keys.add(key)
-            out.append((-predicted_value(cand, explain(cand) if explain else history), len(move), rng.random(),
-                        cand))
+            out.append((-predicted_value(cand, explain(cand)), len(move), rng.random(), cand))
     return [c for *_, c in sorted(out, key=lambda x: x[:3])]
 

@@ -76,12 +76,10 @@ def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 class Steps:
     def __init__(self, prof: Profile, repairs: RepairLookup | None, rng: random.Random):
+        # `repairs`: the crash catalog's repairs per signature (None: no catalog, so no repair steps and only
+        # the vetoes that need no repairs). Local steps keep going while they improve and fill knobs that become
+        # active with their baseline values (the vetoes catch the crashes such a walk meets).
         self.prof, self.repairs, self.rng = prof, repairs, rng
-        # With the crash catalog's repairs: repair steps, the vetoes of search/foresight.py on every proposal,
-        # local steps that keep going while they improve and fill knobs that become active with their baseline
-        # values (the vetoes catch the crashes such a walk meets). Without it, the loop of before: local steps
-        # alternate with the sampler, draw such knobs at random, and only the startup-crash odds veto.
-        self.catalog = repairs is not None
         self.turn = 0
 
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -93,39 +91,36 @@ class Steps:
         if len(done) < LOCAL_AFTER:
             return None
         seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
-        repair = self._repair(done, seen)
+        known = self.seen(done)
+        repair = self._repair(done, seen, known)
         if repair is not None:
             return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0]}
-        if self.turn % LOCAL_EVERY and not (self.catalog and improved(done)):
+        if self.turn % LOCAL_EVERY and not improved(done):
             return None
-        center = self._center(done)
-        if center is None:
+        best = fin.candidates(done)
+        if not best:
             return None
-        cands = neighbours(self.prof.search, dict(center.params), seen, self.rng, history(done),
-                           baseline_params(self.prof) if self.catalog else None,
-                           self._explainer(done) if self.catalog else None)
-        pick = next((c for c in cands if not (self.catalog and self.foreseen(c, done))), None)
+        cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, baseline_params(self.prof),
+                           self._explainer(done, known))
+        pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
 
-    def veto(self, params: dict[str, Any], done: list[FrozenTrial]) -> tuple[float, Seen | None]:
+    def veto(self, params: dict[str, Any], done: list[FrozenTrial],
+             known: list[Seen] | None = None) -> tuple[float, Seen | None]:
         """The odds that a proposal crashes as the history foresees, and the crash it would repeat (the rules of
-        search/foresight.py with the catalog; the startup-crash odds always)."""
-        like = predicted_crash(self.prof.search, params, self.seen(done)) if self.catalog else None
+        search/foresight.py, then the startup-crash odds). `known`: `seen(done)`, when the caller has it."""
+        like = predicted_crash(self.prof.search, params, self.seen(done) if known is None else known)
         if like is not None:
             return 1.0, like
         return (startup_risk(params, history(done)) if len(done) >= TPE_STARTUP else 0.0), None
 
-    def foreseen(self, params: dict[str, Any], done: list[FrozenTrial]) -> bool:
-        return self.veto(params, done)[0] >= VETO_RISK
-
-    def _repair(self, done: list[FrozenTrial], seen: set[str]) -> tuple[int, dict[str, Any]] | None:
+    def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen]) -> tuple[int, dict[str, Any]] | None:
         """The first untried repair of the fastest config that crashed under load while serving more than the
         incumbent did at the same levels."""
         if self.repairs is None:
             return None
         best = fin.candidates(done)
         fixed = {t.user_attrs.get("repair_of") for t in best}
-        known = self.seen(done)
         base = baseline_params(self.prof)
         for t in sorted((t for t in done if outpaced(t, best[0] if best else None)), key=lambda t: -t.values[0]):
             if t.number in fixed:
@@ -138,10 +133,10 @@ class Steps:
                     return t.number, cand
         return None
 
-    def _explainer(self, done: list[FrozenTrial]) -> Callable[[dict[str, Any]], History]:
+    def _explainer(self, done: list[FrozenTrial], known: list[Seen]) -> Callable[[dict[str, Any]], History]:
         """The history without the crashes a candidate repairs (it applies one of their catalog repairs): those
         say nothing about its own risk (fp8 KV crashed with the chunked prefix cache on, not with it off)."""
-        rows, known = history(done), self.seen(done)
+        rows = history(done)
         fixable = [i for i, s in enumerate(known) if s.crash_phase and s.fixes]
 
         def explain(cand: dict[str, Any]) -> History:
@@ -160,15 +155,3 @@ class Steps:
             out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in level_values(t).items()},
                             a.get("crash_level"), t.number))
         return out
-
-    def _center(self, done: list[FrozenTrial]) -> FrozenTrial | None:
-        """The config the local step moves from: the best feasible one, or (without the catalog, whose repair
-        steps do this better) a config that crashed under load after serving more than that (its neighbours may
-        keep the speed and lose the crash)."""
-        best = fin.candidates(done)
-        if self.catalog:
-            return best[0] if best else None
-        top = best[0].values[0] if best else 0.0
-        load = [t for t in done if t.state == TrialState.COMPLETE and t.values and t.values[0] > top
-                and t.user_attrs.get("crash_phase") == "load"]
-        return max(load, key=lambda t: t.values[0]) if load else (best[0] if best else None)

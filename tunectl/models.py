@@ -8,6 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+# A crash catalog repair (runners/_signatures.py), as the search reads it (search/repair.py): (target, change),
+# target a flag without dashes, an environment variable or `patch:<id>`; change a value or one of the directions.
+LOWER, RAISE = "<lower>", "<raise>"
+Repair = tuple[str, object]
+
 SCHEMA_VERSION = 1
 
 # Failure classes (issue 3): what a failed launch or level means for the search.

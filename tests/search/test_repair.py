@@ -2,7 +2,6 @@
 that uses them (on the stand-in's virtual model)."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +9,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 from tunectl.runners import crashes
-from tunectl.search import loop as search_loop
 from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
 from tunectl.search.repair import LOWER, RAISE, drives, repair_moves
 from tunectl.search.space import baseline_params, config_key, try_first_params
 
 from tests.search.conftest import make_profile
-from tunectl import study as study_wiring
 from tunectl.flags import bundled_flags
 from tunectl.profile import default_profile_path, load_profile
 from tunectl.study import run_search
@@ -26,14 +23,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def wired(monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_search with the crash catalog's repairs handed to the loop (what the wiring passes as Hooks.repairs)."""
-    monkeypatch.setattr(study_wiring, "Hooks", functools.partial(search_loop.Hooks, repairs=crashes.repairs_for))
-
-
 def test_catalog_repairs_are_well_formed() -> None:
-    assert (crashes.LOWER, crashes.RAISE) == (LOWER, RAISE)      # one vocabulary on both sides
     with_repairs = [s for s in crashes.SIGNATURES if s.repairs]
     assert len(with_repairs) >= 8
     flags = bundled_flags("0.5.9")
@@ -131,7 +121,6 @@ def search_trials(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
             and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
 
 
-@pytest.mark.usefixtures("wired")
 def test_a_load_crash_of_a_fast_config_is_repaired_next(tmp_path: Path) -> None:
     prof = sim_profile()
     out = run_search(prof, trials=6, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
@@ -148,7 +137,6 @@ def test_a_load_crash_of_a_fast_config_is_repaired_next(tmp_path: Path) -> None:
     assert repair.values[0] > max(trials[0].values[0], seeds.values[0])
 
 
-@pytest.mark.usefixtures("wired")
 def test_no_run_config_keeps_a_startup_crash_seen_before(tmp_path: Path) -> None:
     prof = make_profile(search__finalists={"top_k": 0, "reruns": 0})
     out = run_search(prof, trials=30, root=tmp_path, evaluate=VirtualEvaluator(prof, 1), seed=1)
