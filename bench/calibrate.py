@@ -51,7 +51,7 @@ def _free_port() -> int:
 
 
 def live_ladder(config: dict, patches: list[str], levels: list[int], scale: float) -> tuple[dict[int, float], float]:
-    from tunectl.runners.bench import run_level
+    from tunectl.runners.clients.builtin import run_level
 
     port = _free_port()
     argv = [sys.executable, "-m", "tunectl.sim.launch_server", "--model-path", PROFILE.model.path,

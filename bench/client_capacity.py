@@ -1,8 +1,8 @@
 """How many streamed tokens/s can the built-in client measure without biasing ITL?
 
-Starts the fake SGLang server of known cadence (tunectl.runners._bench_fakeserver: one chunk every --itl-ms per
+Starts the fake SGLang server of known cadence (tests.helpers.fakeserver: one chunk every --itl-ms per
 stream, several processes sharing the port, optionally pinned to their own cores) and runs the built-in client
-(`tunectl.runners.bench.run_level`) at each concurrency x processes point, then prints one table row per point:
+(`tunectl.runners.clients.builtin.run_level`) at each concurrency x processes point, then prints one table row per point:
 streamed tok/s, the server's real send gaps (p50/p99: the cadence including the fake server's own jitter) vs
 the ITL the client measured, the client's p99 bias against that truth and against the nominal cadence, the
 client's event-loop lag and CPU use, and whether the client flagged itself as client-bound.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tunectl.runners import _bench_fakeserver as fake
-from tunectl.runners.bench import run_level
+from tests.helpers import fakeserver as fake
+from tunectl.runners.clients.builtin import run_level
 
 from tunectl.profile import WorkloadSpec
 

@@ -1,9 +1,9 @@
 """The built-in client and the real `sglang.bench_serving` against a server whose timing is known.
 
-The fake SGLang server (tunectl.runners._bench_fakeserver) sends the first token `--ttft-ms` after a request and
+The fake SGLang server (tests.helpers.fakeserver) sends the first token `--ttft-ms` after a request and
 then one token every `--itl-ms` per stream, whatever the load, so what each client reports can be compared with
 the truth: median TTFT = ttft-ms, median ITL = itl-ms, and an output throughput bounded by the streams' cadence.
-Each point runs the built-in client (`tunectl.runners.bench.run_level`, the same call `tunectl sweep` makes) and
+Each point runs the built-in client (`tunectl.runners.clients.builtin.run_level`, the same call `tunectl sweep` makes) and
 `python -m sglang.bench_serving --backend sglang --dataset-name random-ids` with the same requests count,
 lengths and concurrency, and samples the bench_serving process's CPU use (/proc) while it runs. "client CPU" is
 CPU seconds / wall seconds of the measurement, for the built-in client its busiest process (`cpu_busy_max`, what
@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.client_capacity import print_table
-from tunectl.runners import _bench_fakeserver as fake
-from tunectl.runners.bench import run_level
+from tests.helpers import fakeserver as fake
+from tunectl.runners.clients.builtin import run_level
 
 from tunectl.profile import WorkloadSpec
 

@@ -15,9 +15,10 @@ import tempfile
 import threading
 import time
 
-from tunectl.runners import lifecycle, server
-from tunectl.runners.ladder import run_ladder
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.server import lifecycle
+from tunectl.runners.server import plan as server
+from tunectl.runners.server.ladder import run_ladder
+from tunectl.runners.hosts.local import LocalRunner
 
 from tunectl.profile import default_profile_path, load_profile
 

@@ -1,6 +1,6 @@
 """Repair steps: a config that crashed with a classified signature, changed by the crash catalog's repairs.
 
-The catalog (runners/_signatures.py) gives each signature its workarounds as `(target, change)`: the target is an
+The catalog (tunectl/crashes/catalog.py) gives each signature its workarounds as `(target, change)`: the target is an
 SGLang flag without dashes, an environment variable or `patch:<id>`; the change a value to set or a direction
 (`LOWER`/`RAISE`: the knob's next grid value that way). The search gets them through `Hooks.repairs` (it never
 imports the runners) and keeps the ones its space can express: a repair on a flag that is not a knob, or to a

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.hosts.local import LocalRunner
 from tunectl.sim import args as sim_args
 
 from tests.runners.test_lifecycle import group_pids, run_pids, sim_profile

@@ -16,7 +16,7 @@ import optuna
 
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
-from tunectl.runners.crashes import repairs_for
+from tunectl.crashes.classifier import repairs_for
 from tunectl.search import finalists as fin
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
 from tunectl.search.sampler import make_sampler
@@ -63,10 +63,10 @@ def host_key(prof: Profile, runner_name: str) -> str:
 
 def make_runner(prof: Profile) -> Any:
     if prof.host.kind == "ssh":
-        from tunectl.runners.ssh import SSHRunner
+        from tunectl.runners.hosts.ssh import SSHRunner
 
         return SSHRunner(prof.host, python=prof.server.python)
-    from tunectl.runners.local import LocalRunner
+    from tunectl.runners.hosts.local import LocalRunner
 
     return LocalRunner()
 
@@ -90,7 +90,7 @@ def _engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event | Non
 
 def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) -> None:
     """Tear down the server trial n left behind (by its recorded process group and run id, never by name)."""
-    from tunectl.runners._base import ProcHandle
+    from tunectl.runners.hosts.base import ProcHandle
 
     launch = store.trial_dir(n) / "launch.json"
     if not launch.exists():
@@ -121,7 +121,7 @@ def preflight(prof: Profile, runner: Any, on_event: Event | None = None) -> None
     """`tunectl check` before a study: a renamed flag or an unpatchable install fails now, not at trial 17.
     Leftover processes are not fatal here: recovery has just stopped this study's own, and every launch is gated
     on a clean host anyway (other workers may share a host with their own GPUs)."""
-    from tunectl.runners.checks import ChecksFailed, run_checks
+    from tunectl.runners.checks.readiness import ChecksFailed, run_checks
 
     checks = run_checks(prof, runner)
     failed = [c for c in checks if not c.ok and c.name != "leftovers"]

@@ -7,7 +7,7 @@ Stable entry point (the search calls exactly this):
 
 - `params`: knob name (profile `search.space`) or SGLang flag name without dashes -> value.
 - `patcher`: an object with `.ensure(patch_ids) -> {id: sha256}`, called before every launch of engine
-  "sglang" (default: runners/patches.Patcher on ctx.runner); for engine "sim" the patches travel as env
+  "sglang" (default: runners/checks/patches.Patcher on ctx.runner); for engine "sim" the patches travel as env
   TUNECTL_SIM_PATCHES.
 - `on_event(kind, data)`: progress for the CLI. kinds: "plan", "launch", "milestone", "ready", "level_start",
   "level", "crash", "teardown", "done".
@@ -28,9 +28,9 @@ from typing import Any
 from tunectl.errors import TunectlError
 from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile
-from tunectl.runners import lifecycle
-from tunectl.runners import server as plan_mod
-from tunectl.runners.ladder import run_ladder
+from tunectl.runners.server import lifecycle
+from tunectl.runners.server import plan as plan_mod
+from tunectl.runners.server.ladder import run_ladder
 from tunectl.store import StudyStore
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -39,7 +39,7 @@ Event = Callable[[str, dict[str, Any]], None]
 @dataclass
 class TrialContext:
     profile: Profile
-    runner: Any                      # tunectl.runners._base.Runner
+    runner: Any                      # tunectl.runners.hosts.base.Runner
     store: StudyStore
     patcher: Any = None              # .ensure(patch_ids) -> {id: sha256}
     levels: list[int] | None = None  # overrides profile bench.levels (tunectl sweep --concurrency)
@@ -100,7 +100,7 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
 
 def _patcher(ctx: TrialContext) -> Any:
     if ctx.patcher is None:
-        from tunectl.runners.patches import Patcher
+        from tunectl.runners.checks.patches import Patcher
 
         ctx.patcher = Patcher(ctx.runner, ctx.profile.server.python, ctx.profile.host.workdir)
     return ctx.patcher

@@ -12,8 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
-from tunectl.runners import hostcheck
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.checks import hostcheck
+from tunectl.runners.hosts.local import LocalRunner
 
 HOLD = "import torch, time; x = torch.empty(8 << 30, dtype=torch.uint8, device='cuda'); x.fill_(1); " \
        "torch.cuda.synchronize(); print('holding', flush=True); time.sleep(600)"

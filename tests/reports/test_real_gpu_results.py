@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from tunectl.cli import app
 from tunectl.reports.data import load_study
-from tunectl.runners.crashes import LogWatcher, classify
+from tunectl.crashes.classifier import LogWatcher, classify
 from tunectl.store import StudyStore, read_json
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "real-gpu" / "results"

@@ -23,7 +23,7 @@ import urllib.request
 import uuid
 
 import pytest
-from tunectl.runners._base import ProcHandle, ProcInfo, Runner
+from tunectl.runners.hosts.base import ProcHandle, ProcInfo, Runner
 
 __all__ = ["TestFiles", "TestGroups", "TestNetwork", "TestRun", "TestShellSafety", "TestStartDetached"]
 

@@ -172,7 +172,7 @@ def ssh_host(ssh_home, tmp_path):
 
 @pytest.fixture
 def make_ssh_runner(ssh_host):
-    from tunectl.runners.ssh import SSHRunner
+    from tunectl.runners.hosts.ssh import SSHRunner
 
     made = []
 

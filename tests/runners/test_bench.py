@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tunectl.runners import _bench_fakeserver as fake
-from tunectl.runners._bench_workload import make_prompts
-from tunectl.runners.bench import METRIC_KEYS, run_level
+from tests.helpers import fakeserver as fake
+from tunectl.runners.clients.prompts import make_prompts
+from tunectl.runners.clients.builtin import METRIC_KEYS, run_level
 
 from tunectl.profile import WorkloadSpec
 

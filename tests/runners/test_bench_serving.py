@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tunectl.runners.bench_serving import bench_serving_argv, interpret, parse_result_jsonl, parse_stdout
+from tunectl.runners.clients.bench_serving import bench_serving_argv, interpret, parse_result_jsonl, parse_stdout
 
 from tunectl.profile import WorkloadSpec
 

@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
-from tunectl.runners.crashes import SIGNATURES, LogWatcher, classify
+from tunectl.crashes.classifier import SIGNATURES, LogWatcher, classify
 
 from tunectl.models import CRASH_CLASSES
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunectl.runners import server
-from tunectl.runners._bench_workload import make_prompts, warmup_prompts
-from tunectl.runners.crashes import LogWatcher, classify
+from tunectl.runners.server import plan as server
+from tunectl.runners.clients.prompts import make_prompts, warmup_prompts
+from tunectl.crashes.classifier import LogWatcher, classify
 
 from tunectl.profile import load_profile
 

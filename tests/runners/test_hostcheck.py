@@ -9,8 +9,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tunectl.runners import flagcheck, hostcheck
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.checks import flagcheck
+from tunectl.runners.checks import hostcheck
+from tunectl.runners.hosts.local import LocalRunner
 
 from tests.runners.conformance import FREE_PORT, LISTEN, py, wait_for
 from tunectl.errors import HostDirtyError

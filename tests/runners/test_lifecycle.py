@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tunectl.runners import lifecycle, server
-from tunectl.runners.ladder import run_ladder
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.server import lifecycle
+from tunectl.runners.server import plan as server
+from tunectl.runners.server.ladder import run_ladder
+from tunectl.runners.hosts.local import LocalRunner
 
 from tunectl.errors import HostDirtyError
 from tunectl.profile import default_profile_path, load_profile

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.hosts.local import LocalRunner
 
 from tests.runners.conformance import *
 from tests.runners.conformance import wait_for
@@ -27,11 +27,11 @@ def runner_factory():
 
 def test_run_survives_the_python_that_started_it(runner, workdir):
     """A caller process starts a run and exits; the run keeps going and is still found by its run id."""
-    code = ("import sys; from tunectl.runners.local import LocalRunner; "
+    code = ("import sys; from tunectl.runners.hosts.local import LocalRunner; "
             "h = LocalRunner().start_detached(['sleep', '30'], sys.argv[1], {}, 'conf-orphan-1'); print(h.pgid)")
     out = subprocess.run([sys.executable, "-c", code, f"{workdir}/orphan"], capture_output=True, text=True,
                          timeout=30, check=True)
-    from tunectl.runners._base import ProcHandle
+    from tunectl.runners.hosts.base import ProcHandle
 
     h = ProcHandle.for_dir("conf-orphan-1", f"{workdir}/orphan")
     h.pgid = int(out.stdout)

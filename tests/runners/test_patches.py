@@ -12,8 +12,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from tunectl.runners.local import LocalRunner
-from tunectl.runners.patches import Patcher, PatchError, load_manifest, patch_bytes, patches_root
+from tunectl.runners.hosts.local import LocalRunner
+from tunectl.runners.checks.patches import Patcher, PatchError, load_manifest, patch_bytes, patches_root
 
 from tunectl import REPO_ROOT
 

@@ -24,7 +24,7 @@ import signal
 import time
 
 import paramiko
-from tunectl.runners.ssh import SSHAuthError
+from tunectl.runners.hosts.ssh import SSHAuthError
 
 from tests.runners.conformance import py, wait_for
 from tests.runners.sshd import JUMP_ALIAS, keygen

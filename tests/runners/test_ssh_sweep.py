@@ -17,7 +17,7 @@ from tests.runners.sshd import ALIAS, free_port
 from tunectl import REPO_ROOT
 from tunectl.cli import app
 from tunectl.profile import load_profile
-from tunectl.runners._base import ProcHandle
+from tunectl.runners.hosts.base import ProcHandle
 from tunectl.store import StudyStore
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]

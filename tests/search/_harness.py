@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.hosts.local import LocalRunner
 
 from tests.search.conftest import make_profile
 from tunectl.models import LaunchPlan, TrialResult

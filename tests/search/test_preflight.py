@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tunectl.runners.checks import ChecksFailed
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.checks.readiness import ChecksFailed
+from tunectl.runners.hosts.local import LocalRunner
 
 from tunectl.profile import Profile, default_profile_path
 from tunectl.study import preflight, run_search

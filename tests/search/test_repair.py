@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
-from tunectl.runners import crashes
+from tunectl.crashes import classifier as crashes
 from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
 from tunectl.search.repair import LOWER, RAISE, drives, repair_moves
 from tunectl.search.space import baseline_params, config_key, try_first_params

@@ -12,8 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-from tunectl.runners._base import ProcHandle
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.hosts.base import ProcHandle
+from tunectl.runners.hosts.local import LocalRunner
 
 from tunectl.store import StudyStore, read_json
 

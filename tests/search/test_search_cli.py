@@ -15,8 +15,8 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
-from tunectl.runners._base import ProcHandle
-from tunectl.runners.local import LocalRunner
+from tunectl.runners.hosts.base import ProcHandle
+from tunectl.runners.hosts.local import LocalRunner
 
 from tunectl.store import StudyStore, read_json
 

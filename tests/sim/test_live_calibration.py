@@ -8,7 +8,7 @@ import pytest
 
 from tests.sim._server import Server
 from tunectl.profile import WorkloadSpec
-from tunectl.runners.bench import run_level
+from tunectl.runners.clients.builtin import run_level
 
 SCALE = 0.1
 

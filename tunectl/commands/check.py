@@ -1,6 +1,6 @@
 """`tunectl check [--profile P]`: is the profile's host ready? A table of checks, each failure with its fix.
 
-The checks themselves live in tunectl.runners.checks (`run_checks`), which the study wiring also calls before a
+The checks themselves live in tunectl.runners.checks.readiness (`run_checks`), which the study wiring also calls before a
 study; this module only renders them.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.text import Text
 
 from tunectl.cli import app
 from tunectl.commands._common import console, get_profile, one_line_errors
-from tunectl.runners.checks import Check, run_checks
+from tunectl.runners.checks.readiness import Check, run_checks
 
 __all__ = ["check", "render", "run_checks"]
 

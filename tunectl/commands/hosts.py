@@ -14,7 +14,7 @@ from tunectl.cli import app
 from tunectl.commands._common import console, get_profile, one_line_errors
 from tunectl.errors import HostKeyError, InfraError, UsageError
 from tunectl.profile import HostSpec
-from tunectl.runners._ssh_conn import connect_chain, fetch_host_key, fingerprint, resolve
+from tunectl.runners.hosts.ssh_conn import connect_chain, fetch_host_key, fingerprint, resolve
 
 hosts = typer.Typer(help="SSH hosts: trust a host key deliberately.", no_args_is_help=True)
 app.add_typer(hosts, name="hosts")

@@ -170,7 +170,7 @@ def _json_doc(store: StudyStore, result: TrialResult) -> str:
 
 
 def _dry_run(prof: Profile, params: dict[str, Any], as_json: bool) -> None:
-    from tunectl.runners import server as plan_mod
+    from tunectl.runners.server import plan as plan_mod
 
     run_id = plan_mod.make_run_id("dry-run", 0)
     plan = plan_mod.build_plan(prof, params, run_id, f"{prof.host.workdir}/{run_id}")

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.runners import bench
-from tunectl.runners.lifecycle import POLL_S, Server, scaled, time_scale
-from tunectl.runners.server import LOOPBACK
+from tunectl.runners.clients import builtin as bench
+from tunectl.runners.server.lifecycle import POLL_S, Server, scaled, time_scale
+from tunectl.runners.server.plan import LOOPBACK
 
 from tunectl.models import CrashInfo, LevelResult
 from tunectl.profile import WorkloadSpec
@@ -99,7 +99,7 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
 
 def bench_serving_level(server: Server, w: WorkloadSpec, concurrency: int, n: int) -> bench.LevelMetrics:
     """One level with the real `sglang.bench_serving`, run on the server's host against the loopback port."""
-    from tunectl.runners import bench_serving as bs
+    from tunectl.runners.clients import bench_serving as bs
 
     prof, plan = server.prof, server.plan
     out_file = f"{plan.trial_dir}/bench-{w.label}-c{concurrency}.jsonl"

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunectl.runners._base import Runner
+from tunectl.runners.hosts.base import Runner
 
 from tunectl.errors import HostDirtyError, RunnerError
 
-HOST_HELPER = (Path(__file__).parent / "_host_helper.py").read_text()
+HOST_HELPER = (Path(__file__).parents[1] / "hosts" / "host_helper.py").read_text()
 GPU_QUERY = ["--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits"]
 APP_QUERY = ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader,nounits"]
 NO_SMI = ("nvidia-smi is not on the host's PATH: no NVIDIA driver there, or a container without the driver "

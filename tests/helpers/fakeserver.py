@@ -10,7 +10,7 @@ Several `--workers` processes share the port (SO_REUSEPORT) so the server is not
 `--stats-dir D` each worker keeps a histogram of the gaps it actually left between chunks (its own jitter
 included) and writes it to D every 0.5 s: the truth a client's ITL is compared with (`read_gaps`).
 
-Run: python -m tunectl.runners._bench_fakeserver --port P [--itl-ms 20] [--workers 4] ...
+Run: python tests/helpers/fakeserver.py --port P [--itl-ms 20] [--workers 4] ...
 """
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def start(itl_ms: float = 20.0, ttft_ms: float = 20.0, chunk_tokens: int = 1, di
           timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server in its own process group; returns (process, base_url). Stop with `stop(proc)`."""
     port = free_port()
-    cmd = [sys.executable, "-m", "tunectl.runners._bench_fakeserver", "--port", str(port), "--itl-ms",
+    cmd = [sys.executable, os.path.abspath(__file__), "--port", str(port), "--itl-ms",
            str(itl_ms), "--ttft-ms", str(ttft_ms), "--chunk-tokens", str(chunk_tokens), "--die-after",
            str(die_after), "--workers", str(workers), "--cpus", ",".join(map(str, sorted(cpus or ()))),
            "--stats-dir", stats_dir]

@@ -2,7 +2,7 @@
 
 `Patcher(runner, python).ensure(ids)` makes exactly `ids` applied (reverting to pristine copies first when the
 set differs), verifies them and returns {id: sha256 of the patch file}; `last` holds the patched files' hashes
-for the trial record. The work happens on the host in one `python -c` call of runners/_patch_helper.py, under
+for the trial record. The work happens on the host in one `python -c` call of runners/checks/_patch_helper.py, under
 an flock next to the sglang package, so two workers never patch one install at once.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tunectl.runners._base import Runner
+from tunectl.runners.hosts.base import Runner
 
 from tunectl.errors import TunectlError
 

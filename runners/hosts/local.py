@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from tunectl.runners._base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
+from tunectl.runners.hosts.base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
 from tunectl.store import atomic_write
 
 _TCP_LISTEN = "0A"

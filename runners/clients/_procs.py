@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tunectl.runners._bench_client import ShareResult, run_share
-from tunectl.runners._bench_workload import Prompt
+from tunectl.runners.clients._share import ShareResult, run_share
+from tunectl.runners.clients.prompts import Prompt
 
 _CTX = mp.get_context("forkserver")
-_CTX.set_forkserver_preload(["tunectl.runners._bench_client", "tunectl.runners._bench_workload"])
+_CTX.set_forkserver_preload(["tunectl.runners.clients._share", "tunectl.runners.clients.prompts"])
 ABORT_GRACE_S = 0.5         # after an abort, workers that have not answered by then are killed
 
 

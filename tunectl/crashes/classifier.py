@@ -2,7 +2,7 @@
 
 Public API (the lifecycle codes against these names):
 
-- `SIGNATURES` / `DEATH_MARKERS` (catalog in `_signatures.py`), `Signature`.
+- `SIGNATURES` / `DEATH_MARKERS` (catalog in `catalog.py`), `Signature`.
 - `classify(text, phase, level, exit_code) -> CrashInfo | None`: finds the first traceback or death marker,
   takes the exception line (last `SomethingError: ...` line of that traceback), matches the most specific
   signature (exception line first, then the traceback frames, then the earliest fatal text around the death)
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from tunectl.runners._signatures import (
+from tunectl.crashes.catalog import (
     BY_ID,
     DEATH_MARKERS,
     LOWER,

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from tunectl.runners._bench_metrics import ReqRecord
-from tunectl.runners._bench_workload import Prompt
+from tunectl.runners.clients.metrics import ReqRecord
+from tunectl.runners.clients.prompts import Prompt
 
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 MAX_ERRORS = 5

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.runners._base import ProcHandle, Runner
-from tunectl.runners.crashes import LogWatcher
+from tunectl.runners.hosts.base import ProcHandle, Runner
+from tunectl.crashes.classifier import LogWatcher
 
 from tunectl.errors import HostDirtyError
 from tunectl.models import CrashInfo, LaunchPlan
@@ -55,7 +55,7 @@ def gpu_evidence(runner: Runner, prof: Profile, pids: set[int] | None = None) ->
     host has no nvidia-smi. The stand-in uses no GPU, so a GPU in use does not make its host dirty."""
     if prof.server.engine != "sglang":
         return []
-    from tunectl.runners import hostcheck
+    from tunectl.runners.checks import hostcheck
 
     try:
         return hostcheck.gpu_problems(*hostcheck.query(runner), prof.host.gpus, prof.host.gpu_clean_mib, pids)
@@ -76,7 +76,7 @@ def preflight(runner: Runner, prof: Profile, plan: LaunchPlan) -> None:
     evidence = [e for e in [port_evidence(runner, plan.port)] if e]
     evidence += gpu_evidence(runner, prof)
     if prof.server.engine == "sglang":       # on a GPU host, any live run of ours holds GPU memory
-        from tunectl.runners import hostcheck
+        from tunectl.runners.checks import hostcheck
 
         evidence += hostcheck.leftovers(runner, {plan.run_id}, prof.server.python)
     if evidence:

@@ -6,7 +6,7 @@ Public API:
   request_timeout_s, progress=None, processes="auto", abort=None) -> LevelMetrics` (sync; the lifecycle calls
   it from its own thread). `abort` is a `threading.Event` or a callable returning True; once set (e.g. the log
   watcher saw a crash) the level ends within ~0.1 s, in-flight requests count as failed.
-- `LevelMetrics`: `metrics` (exactly `sglang.bench_serving`'s result keys, see `_bench_metrics.METRIC_KEYS`,
+- `LevelMetrics`: `metrics` (exactly `sglang.bench_serving`'s result keys, see `metrics.METRIC_KEYS`,
   in modeled units: wall times / time_scale), `completed`, `failed`, `errors` (first few), `client_bound`,
   `wall_s`, `aborted`, `server_gone`, `processes`, `client` (lag/CPU evidence for client_bound).
 - `progress(dict)`: called about every 0.25 s with done / failed / total / output_tokens (tokens streamed so far,
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from tunectl.runners._bench_client import MAX_ERRORS, ShareResult, run_share
-from tunectl.runners._bench_metrics import METRIC_KEYS, ReqRecord, compute_metrics
-from tunectl.runners._bench_workload import Prompt, make_prompts, warmup_prompts
+from tunectl.runners.clients._share import MAX_ERRORS, ShareResult, run_share
+from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics
+from tunectl.runners.clients.prompts import Prompt, make_prompts, warmup_prompts
 
 from tunectl.profile import WorkloadSpec
 
@@ -100,7 +100,7 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
         shares = [_single(base_url, backend, model, prompts, concurrency, request_timeout_s, should_abort,
                           progress)]
     else:
-        from tunectl.runners._bench_procs import run_processes
+        from tunectl.runners.clients._procs import run_processes
         shares = run_processes(base_url, backend, model, prompts, concurrency, procs, request_timeout_s,
                                should_abort, progress)
     _merge(out, shares, time_scale)

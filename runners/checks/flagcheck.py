@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunectl.runners._base import Runner
+from tunectl.runners.hosts.base import Runner
 
 from tunectl.errors import RunnerError
 from tunectl.flags import FlagSpec, did_you_mean, parse_help
