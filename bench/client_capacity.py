@@ -23,9 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.helpers import fakeserver as fake
-from tunectl.runners.clients.builtin import run_level
-
 from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.builtin import run_level
 
 HEADER = ("concurrency", "processes", "streamed tok/s", "ITL p50 server/client ms", "ITL p99 server/client ms",
           "p99 bias % (vs server)", "p99 bias % (vs nominal)", "loop lag p99 ms", "client CPU max", "client_bound",

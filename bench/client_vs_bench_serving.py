@@ -30,9 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.client_capacity import print_table
 from tests.helpers import fakeserver as fake
-from tunectl.runners.clients.builtin import run_level
-
 from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.builtin import run_level
 
 TOKENIZER = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizer"
 HEADER = ("concurrency", "client", "output tok/s", "median TTFT ms (truth)", "median ITL ms (truth)",

@@ -15,12 +15,11 @@ import tempfile
 import threading
 import time
 
+from tunectl.profile import default_profile_path, load_profile
+from tunectl.runners.hosts.local import LocalRunner
 from tunectl.runners.server import lifecycle
 from tunectl.runners.server import plan as server
 from tunectl.runners.server.ladder import run_ladder
-from tunectl.runners.hosts.local import LocalRunner
-
-from tunectl.profile import default_profile_path, load_profile
 
 KINDS = {
     "startup crash (flashinfer_trtllm on SM120)": ({"moe-runner-backend": "flashinfer_trtllm"}, None),

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tunectl.search.space import grid_space, is_active, knob_order
-
 from tunectl.models import LOWER, RAISE
 from tunectl.profile import ParamSpec, SearchSpec
+from tunectl.search.space import grid_space, is_active, knob_order
 
 RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
 

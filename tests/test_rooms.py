@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from tunectl._rooms import ROOMS
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.ports import free_port
 from tunectl.profile import default_profile_path
 
 SEEDS = ["--set", "disable-cuda-graph=true", "--set", "max-running-requests=2048", "--set", "disable-radix-cache=true",
          "--set", "moe-runner-backend=flashinfer_cutlass", "--set", "flashinfer-cutlass-autotune=true"]
 SEED_BASELINE_AT_64 = 880.0      # the seeds' write-up: ~880 tok/s before tuning
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import yaml
-from tunectl.runners.hosts.local import LocalRunner
-from tunectl.sim import args as sim_args
 
 from tests.runners.test_lifecycle import group_pids, run_pids, sim_profile
+from tunectl.runners.hosts.local import LocalRunner
+from tunectl.sim import args as sim_args
 from tunectl.store import StudyStore, load_frames
 from tunectl.trial import TrialContext, run_trial
 

@@ -12,8 +12,8 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from types import ModuleType
 from collections.abc import Sequence
+from types import ModuleType
 
 ROOMS = ("search", "runners", "reports", "sim", "sglang_patches")
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import optuna
 
+from tunectl.crashes.classifier import repairs_for
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
-from tunectl.crashes.classifier import repairs_for
 from tunectl.search import finalists as fin
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
 from tunectl.search.sampler import make_sampler

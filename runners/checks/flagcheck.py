@@ -10,11 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunectl.runners.hosts.base import Runner
-
 from tunectl.errors import RunnerError
 from tunectl.flags import FlagSpec, did_you_mean, parse_help
 from tunectl.profile import Profile
+from tunectl.runners.hosts.base import Runner
 
 
 def cache_dir() -> Path:

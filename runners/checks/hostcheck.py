@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunectl.runners.hosts.base import Runner
-
 from tunectl.errors import HostDirtyError, RunnerError
+from tunectl.runners.hosts.base import Runner
 
 HOST_HELPER = (Path(__file__).parents[1] / "hosts" / "host_helper.py").read_text()
 GPU_QUERY = ["--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits"]

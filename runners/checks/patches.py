@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tunectl.runners.hosts.base import Runner
 
 from tunectl.errors import TunectlError
+from tunectl.runners.hosts.base import Runner
 
 HELPER = (Path(__file__).parent / "_patch_helper.py").read_text()
 

@@ -9,12 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tunectl.runners.checks import flagcheck
-from tunectl.runners.checks import hostcheck
-from tunectl.runners.checks.patches import Patcher, PatchError
-
 from tunectl.errors import HostKeyError, InfraError, TunectlError
 from tunectl.profile import Profile
+from tunectl.runners.checks import flagcheck, hostcheck
+from tunectl.runners.checks.patches import Patcher, PatchError
 
 
 @dataclass

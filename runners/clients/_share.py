@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
 from tunectl.runners.clients.metrics import ReqRecord
 from tunectl.runners.clients.prompts import Prompt
 

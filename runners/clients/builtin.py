@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+
+from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients._share import MAX_ERRORS, ShareResult, run_share
 from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics
 from tunectl.runners.clients.prompts import Prompt, make_prompts, warmup_prompts
-
-from tunectl.profile import WorkloadSpec
 
 __all__ = ["METRIC_KEYS", "LevelMetrics", "auto_processes", "run_level"]
 

@@ -21,12 +21,12 @@ from typing import Any
 
 import paramiko
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
-from tunectl.runners.hosts.base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
-from tunectl.runners.hosts.ssh_conn import collect, connect_chain, is_transient, resolve
-from tunectl.runners.hosts._ssh_forward import Forward
 
 from tunectl.errors import InfraError, RunnerError, TunectlError
 from tunectl.profile import HostSpec
+from tunectl.runners.hosts._ssh_forward import Forward
+from tunectl.runners.hosts.base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
+from tunectl.runners.hosts.ssh_conn import collect, connect_chain, is_transient, resolve
 
 HOST_HELPER = (Path(__file__).parent / "host_helper.py").read_text()
 

@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunectl.models import CrashInfo, LevelResult
+from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients import builtin as bench
 from tunectl.runners.server.lifecycle import POLL_S, Server, scaled, time_scale
 from tunectl.runners.server.plan import LOOPBACK
-
-from tunectl.models import CrashInfo, LevelResult
-from tunectl.profile import WorkloadSpec
 
 HANG_FLOOR_S = 3.0        # never call a hang faster than this (wall seconds): scheduling noise on busy hosts
 

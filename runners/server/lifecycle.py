@@ -21,12 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.runners.hosts.base import ProcHandle, Runner
 from tunectl.crashes.classifier import LogWatcher
-
 from tunectl.errors import HostDirtyError
 from tunectl.models import CrashInfo, LaunchPlan
 from tunectl.profile import Profile
+from tunectl.runners.hosts.base import ProcHandle, Runner
 
 POLL_S = 0.2
 SETTLE_S = 0.3            # after a death line: let the rest of the traceback land before classifying

@@ -10,7 +10,7 @@ Several `--workers` processes share the port (SO_REUSEPORT) so the server is not
 `--stats-dir D` each worker keeps a histogram of the gaps it actually left between chunks (its own jitter
 included) and writes it to D every 0.5 s: the truth a client's ITL is compared with (`read_gaps`).
 
-Run: python tests/helpers/fakeserver.py --port P [--itl-ms 20] [--workers 4] ...
+Run (from the checkout): python -m tests.helpers.fakeserver --port P [--itl-ms 20] [--workers 4] ...
 """
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ import time
 import urllib.request
 
 from aiohttp import web
+
+from tests.helpers.ports import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the checkout: -m finds tests/
 
 
 def _chunk_native(n: int, prompt_len: int, rid: str) -> bytes:
@@ -133,22 +137,16 @@ def main(argv: list[str] | None = None) -> None:
     _serve(args)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(itl_ms: float = 20.0, ttft_ms: float = 20.0, chunk_tokens: int = 1, die_after: int = 0,
           workers: int = 1, cpus: set[int] | None = None, stats_dir: str = "",
           timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server in its own process group; returns (process, base_url). Stop with `stop(proc)`."""
     port = free_port()
-    cmd = [sys.executable, os.path.abspath(__file__), "--port", str(port), "--itl-ms",
+    cmd = [sys.executable, "-m", "tests.helpers.fakeserver", "--port", str(port), "--itl-ms",
            str(itl_ms), "--ttft-ms", str(ttft_ms), "--chunk-tokens", str(chunk_tokens), "--die-after",
            str(die_after), "--workers", str(workers), "--cpus", ",".join(map(str, sorted(cpus or ()))),
            "--stats-dir", stats_dir]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from tunectl.cli import app
-from tunectl.reports.data import load_study
 from tunectl.crashes.classifier import LogWatcher, classify
+from tunectl.reports.data import load_study
 from tunectl.store import StudyStore, read_json
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "real-gpu" / "results"

@@ -23,6 +23,7 @@ import urllib.request
 import uuid
 
 import pytest
+
 from tunectl.runners.hosts.base import ProcHandle, ProcInfo, Runner
 
 __all__ = ["TestFiles", "TestGroups", "TestNetwork", "TestRun", "TestShellSafety", "TestStartDetached"]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.ports import free_port
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 ALIAS = "tunectl-test"
 JUMP_ALIAS = "tunectl-via-jump"
@@ -48,12 +50,6 @@ def sshd_available() -> str | None:
     if not shutil.which("ssh-keygen"):
         return "ssh-keygen is not installed (apt-get install openssh-client)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def keygen(path: Path) -> str:

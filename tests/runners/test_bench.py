@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.helpers import fakeserver as fake
-from tunectl.runners.clients.prompts import make_prompts
-from tunectl.runners.clients.builtin import METRIC_KEYS, run_level
 
+from tests.helpers import fakeserver as fake
 from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.builtin import METRIC_KEYS, run_level
+from tunectl.runners.clients.prompts import make_prompts
 
 RESULT_JSONL = Path(__file__).parent.parent / "fixtures" / "bench_serving" / "0.5.23-result.jsonl"
 

@@ -7,9 +7,14 @@ import re
 from pathlib import Path
 
 import pytest
-from tunectl.runners.clients.bench_serving import bench_serving_argv, interpret, parse_result_jsonl, parse_stdout
 
 from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.bench_serving import (
+    bench_serving_argv,
+    interpret,
+    parse_result_jsonl,
+    parse_stdout,
+)
 
 FIX = Path(__file__).parent.parent / "fixtures" / "bench_serving"
 HELP = Path(__file__).parent.parent.parent / "tunectl" / "sglang_help" / "bench_serving-0.5.23.txt"

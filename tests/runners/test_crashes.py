@@ -10,8 +10,8 @@ import random
 from pathlib import Path
 
 import pytest
-from tunectl.crashes.classifier import SIGNATURES, LogWatcher, classify
 
+from tunectl.crashes.classifier import SIGNATURES, LogWatcher, classify
 from tunectl.models import CRASH_CLASSES
 
 LOGS = Path(__file__).parent.parent / "fixtures" / "logs"

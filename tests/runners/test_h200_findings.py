@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunectl.runners.server import plan as server
-from tunectl.runners.clients.prompts import make_prompts, warmup_prompts
 from tunectl.crashes.classifier import LogWatcher, classify
-
 from tunectl.profile import load_profile
+from tunectl.runners.clients.prompts import make_prompts, warmup_prompts
+from tunectl.runners.server import plan as server
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs" / "h200-tunectl"
 PROFILE = Path(__file__).parents[2] / "profiles" / "tiny-llama-h200.yaml"

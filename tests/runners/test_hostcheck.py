@@ -9,14 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tunectl.runners.checks import flagcheck
-from tunectl.runners.checks import hostcheck
-from tunectl.runners.hosts.local import LocalRunner
 
 from tests.runners.conformance import FREE_PORT, LISTEN, py, wait_for
 from tunectl.errors import HostDirtyError
 from tunectl.flags import bundled_flags
 from tunectl.profile import Profile
+from tunectl.runners.checks import flagcheck, hostcheck
+from tunectl.runners.hosts.local import LocalRunner
 
 FIX = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 

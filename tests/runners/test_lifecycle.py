@@ -3,26 +3,20 @@ port, and a teardown that leaves no process of the run alive (checked by process
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.ports import free_port
+from tunectl.errors import HostDirtyError
+from tunectl.profile import default_profile_path, load_profile
+from tunectl.runners.hosts.local import LocalRunner
 from tunectl.runners.server import lifecycle
 from tunectl.runners.server import plan as server
 from tunectl.runners.server.ladder import run_ladder
-from tunectl.runners.hosts.local import LocalRunner
-
-from tunectl.errors import HostDirtyError
-from tunectl.profile import default_profile_path, load_profile
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sim_profile(tmp_path: Path, **overrides):

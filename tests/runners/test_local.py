@@ -7,10 +7,10 @@ import sys
 import time
 
 import pytest
-from tunectl.runners.hosts.local import LocalRunner
 
 from tests.runners.conformance import *
 from tests.runners.conformance import wait_for
+from tunectl.runners.hosts.local import LocalRunner
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from tunectl.runners.hosts.local import LocalRunner
-from tunectl.runners.checks.patches import Patcher, PatchError, load_manifest, patch_bytes, patches_root
 
 from tunectl import REPO_ROOT
+from tunectl.runners.checks.patches import Patcher, PatchError, load_manifest, patch_bytes, patches_root
+from tunectl.runners.hosts.local import LocalRunner
 
 CACHE = Path(REPO_ROOT) / ".cache" / "sglang-src"
 MR = "srt/model_executor/model_runner.py"

@@ -24,12 +24,12 @@ import signal
 import time
 
 import paramiko
-from tunectl.runners.hosts.ssh import SSHAuthError
 
 from tests.runners.conformance import py, wait_for
 from tests.runners.sshd import JUMP_ALIAS, keygen
 from tunectl.errors import HostKeyError, InfraError
 from tunectl.profile import HostSpec
+from tunectl.runners.hosts.ssh import SSHAuthError
 
 
 def cut_links(sshd) -> int:

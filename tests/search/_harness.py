@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from tunectl.runners.hosts.local import LocalRunner
 
 from tests.search.conftest import make_profile
 from tunectl.models import LaunchPlan, TrialResult
+from tunectl.runners.hosts.local import LocalRunner
 from tunectl.store import StudyStore
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator

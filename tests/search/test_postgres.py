@@ -6,7 +6,6 @@ import glob
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.helpers.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "search-test"
 
@@ -24,12 +25,6 @@ NAME = "search-test"
 def pg_bin(tool: str) -> str | None:
     found = shutil.which(tool) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{tool}"))), None)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def as_db_user(argv: list[str]) -> list[str]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tunectl.runners.checks.readiness import ChecksFailed
-from tunectl.runners.hosts.local import LocalRunner
 
 from tunectl.profile import Profile, default_profile_path
+from tunectl.runners.checks.readiness import ChecksFailed
+from tunectl.runners.hosts.local import LocalRunner
 from tunectl.study import preflight, run_search
 from tunectl.virtual import VirtualEvaluator
 

@@ -6,16 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import pytest
 from optuna.trial import TrialState
+
+from tests.search.conftest import make_profile
 from tunectl.crashes import classifier as crashes
+from tunectl.flags import bundled_flags
+from tunectl.profile import default_profile_path, load_profile
 from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
 from tunectl.search.repair import LOWER, RAISE, drives, repair_moves
 from tunectl.search.space import baseline_params, config_key, try_first_params
-
-from tests.search.conftest import make_profile
-from tunectl.flags import bundled_flags
-from tunectl.profile import default_profile_path, load_profile
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
 

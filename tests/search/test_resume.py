@@ -12,9 +12,9 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+
 from tunectl.runners.hosts.base import ProcHandle
 from tunectl.runners.hosts.local import LocalRunner
-
 from tunectl.store import StudyStore, read_json
 
 ROOT = Path(__file__).resolve().parents[2]

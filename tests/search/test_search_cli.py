@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,13 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
+
+from tests.helpers.ports import free_port
 from tunectl.runners.hosts.base import ProcHandle
 from tunectl.runners.hosts.local import LocalRunner
-
 from tunectl.store import StudyStore, read_json
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def small_profile(tmp: Path) -> Path:

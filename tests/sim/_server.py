@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,17 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.ports import free_port
+
 TOKENIZER = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer"
 BASELINE = ["--model-path", str(TOKENIZER), "--tp-size", "8", "--quantization", "modelopt_fp4",
             "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "nsa", "--nsa-prefill-backend", "tilelang",
             "--nsa-decode-backend", "trtllm", "--moe-runner-backend", "flashinfer_cutlass",
             "--cuda-graph-max-bs", "32", "--max-running-requests", "64", "--mem-fraction-static", "0.88"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -35,7 +35,6 @@ from tunectl.crashes.catalog import (
     Repair,
     Signature,
 )
-
 from tunectl.models import CrashInfo
 
 __all__ = ["DEATH_MARKERS", "LOWER", "MILESTONES", "RAISE", "SIGNATURES", "LogWatcher", "Repair", "Signature",
