@@ -19,7 +19,8 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reports": ((*GROUND, "tunectl.store", "tunectl.reports"), ("subprocess", "paramiko", "aiohttp")),
     "sim": (("tunectl.sim", "tunectl.flags"), ("optuna", "paramiko")),
     "runners/hosts": (("tunectl.runners.hosts", "tunectl.errors", "tunectl.profile", "tunectl.store"), ("optuna",)),
-    "runners/clients": (("tunectl.runners.clients", "tunectl.models", "tunectl.profile"), ("optuna", "paramiko")),
+    "runners/clients": (("tunectl.runners.clients", "tunectl.runners.hosts.base", "tunectl.models", "tunectl.profile"),
+                        ("optuna", "paramiko")),
     "runners/checks": ((*GROUND, "tunectl.runners.checks", "tunectl.runners.hosts"), ("optuna",)),
     "runners/server": ((*GROUND, "tunectl.runners"), ("optuna",)),
 }

@@ -14,18 +14,24 @@ Public API:
 - `interpret(exit_code, stdout, result_file_text, num_prompts=None) -> BenchServingOutcome`: "ok" with the
   metrics, "server_died" with evidence lines (the client exits 1 and writes no result file when the server
   dies mid-run), or "error".
+- `CLIENT`: the adapter as a `Client` (base.py): runs the argv on the server's host through its runner, reads the
+  result file there and reports metrics in modeled units like the built-in client.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.base import Abort, LevelMetrics, Progress, Target
+from tunectl.runners.hosts.base import LOOPBACK
 
-__all__ = ["BenchServingOutcome", "bench_serving_argv", "interpret", "parse_result_jsonl", "parse_stdout"]
+__all__ = ["CLIENT", "BenchServingClient", "BenchServingOutcome", "bench_serving_argv", "interpret", "parse_result_jsonl",
+           "parse_stdout"]
 
 
 def _dataset_args(w: WorkloadSpec, num_prompts: int) -> list[str]:
@@ -153,3 +159,43 @@ def interpret(exit_code: int, stdout: str, result_file_text: str | None,
         return BenchServingOutcome("error", metrics, completed, failed, _evidence(stdout),
                                    f"{failed} of {num_prompts} requests failed")
     return BenchServingOutcome("ok", metrics, completed, failed, [], "ok")
+
+
+class BenchServingClient:
+    """The real `sglang.bench_serving`, run on the server's host against its loopback port, one command a level.
+    It reports no progress while it runs (the ladder watches the server's batches) and cannot be aborted."""
+    name = "bench_serving"
+    streams_progress = False
+
+    def run_level(self, target: Target, workload: WorkloadSpec, concurrency: int, num_prompts: int, *,
+                  progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
+        out_file = f"{target.out_dir}/bench-{workload.label}-c{concurrency}.jsonl"
+        argv = bench_serving_argv(target.python, target.host_url, target.backend, target.model, target.tokenizer,
+                                  workload, num_prompts, concurrency, out_file, workload.seed)
+        t0 = time.monotonic()
+        env = {"HF_HUB_OFFLINE": "1", "no_proxy": LOOPBACK, "NO_PROXY": LOOPBACK}   # never the hub, never a proxy
+        res = target.runner.run(argv, timeout=target.level_timeout_s, env=env)
+        result_text = target.runner.read_file(out_file).decode(errors="replace") or None
+        got = interpret(res.exit_code, res.stdout + res.stderr, result_text, num_prompts)
+        metrics = _modeled({k: float(v) for k, v in got.metrics.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)}, target.time_scale)
+        return LevelMetrics(concurrency, num_prompts, workload.label, metrics=metrics, completed=got.completed,
+                            failed=num_prompts - got.completed, errors=got.evidence[:5],
+                            wall_s=time.monotonic() - t0, server_gone=got.status == "server_died")
+
+
+def _modeled(metrics: dict[str, float], scale: float) -> dict[str, float]:
+    """The real client measures wall time; against the stand-in, report modeled units like the built-in client."""
+    if scale == 1.0:
+        return metrics
+    out = {}
+    for k, v in metrics.items():
+        if k.endswith("_ms") or k == "duration":
+            v = v / scale
+        elif "throughput" in k or k.endswith("_per_s"):
+            v = v * scale
+        out[k] = v
+    return out
+
+
+CLIENT = BenchServingClient()

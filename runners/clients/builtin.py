@@ -1,12 +1,12 @@
 """The built-in benchmark client: one concurrency level against a running SGLang (or the stand-in).
 
-Public API:
+Public API (`CLIENT` is this module as a `Client`, base.py):
 
 - `run_level(base_url, concurrency, workload, num_prompts, *, backend, model, time_scale=1.0,
   request_timeout_s, progress=None, processes="auto", abort=None) -> LevelMetrics` (sync; the lifecycle calls
   it from its own thread). `abort` is a `threading.Event` or a callable returning True; once set (e.g. the log
   watcher saw a crash) the level ends within ~0.1 s, in-flight requests count as failed.
-- `LevelMetrics`: `metrics` (exactly `sglang.bench_serving`'s result keys, see `metrics.METRIC_KEYS`,
+- `LevelMetrics` (base.py): `metrics` (exactly `sglang.bench_serving`'s result keys, see `metrics.METRIC_KEYS`,
   in modeled units: wall times / time_scale), `completed`, `failed`, `errors` (first few), `client_bound`,
   `wall_s`, `aborted`, `server_gone`, `processes`, `client` (lag/CPU evidence for client_bound).
 - `progress(dict)`: called about every 0.25 s with done / failed / total / output_tokens (tokens streamed so far,
@@ -29,45 +29,21 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients._share import MAX_ERRORS, ShareResult, run_share
+from tunectl.runners.clients.base import Abort, LevelMetrics, Progress, Target
 from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics
 from tunectl.runners.clients.prompts import Prompt, make_prompts, warmup_prompts
 
-__all__ = ["METRIC_KEYS", "LevelMetrics", "auto_processes", "run_level"]
+__all__ = ["CLIENT", "METRIC_KEYS", "BuiltinClient", "LevelMetrics", "auto_processes", "run_level"]
 
 STREAMS_PER_PROCESS = 128
 LAG_BOUND_MS = 5.0
 CPU_BOUND = 0.85
-
-Abort = threading.Event | Callable[[], bool] | None
-
-
-@dataclass
-class LevelMetrics:
-    concurrency: int
-    num_prompts: int
-    workload: str = "random"
-    metrics: dict[str, float] = field(default_factory=dict)
-    completed: int = 0
-    failed: int = 0
-    errors: list[str] = field(default_factory=list)
-    client_bound: bool = False
-    wall_s: float = 0.0
-    aborted: bool = False
-    server_gone: bool = False
-    processes: int = 1
-    client: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.failed == 0 and self.completed == self.num_prompts and not self.aborted
-
 
 def auto_processes(concurrency: int) -> int:
     spare = len(os.sched_getaffinity(0))       # the parent only waits while its workers stream
@@ -152,3 +128,18 @@ def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float) -> N
     lag99 = float(np.percentile(lags, 99)) if lags else 0.0
     out.client = {"loop_lag_p99_ms": lag99, "cpu_busy_max": busy, "processes": len(shares)}
     out.client_bound = lag99 > LAG_BOUND_MS or busy > CPU_BOUND
+
+
+class BuiltinClient:
+    """tunectl's own client, in this process (split over worker processes at high concurrency)."""
+    name = "builtin"
+    streams_progress = True
+
+    def run_level(self, target: Target, workload: WorkloadSpec, concurrency: int, num_prompts: int, *,
+                  progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
+        return run_level(target.base_url, concurrency, workload, num_prompts, backend=target.backend,
+                         model=target.model, time_scale=target.time_scale,
+                         request_timeout_s=target.request_timeout_s, progress=progress, abort=abort)
+
+
+CLIENT = BuiltinClient()

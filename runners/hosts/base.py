@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+LOOPBACK = "127.0.0.1,localhost,::1"      # no_proxy for a server and its clients on one host
 
 @dataclass
 class Result:

@@ -2,7 +2,7 @@
 
 `run_ladder(server, levels, workloads, on_level=None, on_event=None, should_prune=None) -> Ladder`
 
-Each level runs the built-in client (`bench.run_level`) in a thread while this thread polls the server log every
+Each level runs the workload's client (`clients.get(name).run_level`, the Client protocol) in a thread while this thread polls the server log every
 `lifecycle.POLL_S`. A crash (LogWatcher, or the process gone) aborts the client at once and stops the ladder:
 the level is recorded as "crashed" with the CrashInfo, later levels are not run. A hang (requests in flight and
 no token progress for `timeouts.hang_s`) is a crash of class "hang". `should_prune(level_result)` returning True
@@ -19,9 +19,9 @@ from typing import Any
 
 from tunectl.models import CrashInfo, LevelResult
 from tunectl.profile import WorkloadSpec
-from tunectl.runners.clients import builtin as bench
+from tunectl.runners import clients
+from tunectl.runners.clients.base import Target
 from tunectl.runners.server.lifecycle import POLL_S, Server, scaled, time_scale
-from tunectl.runners.server.plan import LOOPBACK
 
 HANG_FLOOR_S = 3.0        # never call a hang faster than this (wall seconds): scheduling noise on busy hosts
 
@@ -69,17 +69,14 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
     abort = threading.Event()
     prog = _Progress()
     box: dict[str, Any] = {}
-    model = prof.model.served_name or prof.model.path
+
+    impl = clients.get(w.client or prof.bench.client)
+    if not impl.streams_progress:              # progress from the server's batches once it prefills
+        prog.expect, prog.batches0 = n, server.watcher.prefill_batches
 
     def client() -> None:
         try:
-            if (w.client or prof.bench.client) == "bench_serving":
-                prog.expect, prog.batches0 = n, server.watcher.prefill_batches
-                box["m"] = bench_serving_level(server, w, concurrency, n)
-                return
-            box["m"] = bench.run_level(server.base_url, concurrency, w, n, backend=prof.bench.backend, model=model,
-                                       time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
-                                       progress=prog, abort=abort)
+            box["m"] = impl.run_level(target(server), w, concurrency, n, progress=prog, abort=abort)
         except Exception as e:  # noqa: BLE001 - the client's failure is evidence, not a crash of ours
             box["error"] = f"{type(e).__name__}: {e}"
 
@@ -96,39 +93,14 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
     return lv
 
 
-def bench_serving_level(server: Server, w: WorkloadSpec, concurrency: int, n: int) -> bench.LevelMetrics:
-    """One level with the real `sglang.bench_serving`, run on the server's host against the loopback port."""
-    from tunectl.runners.clients import bench_serving as bs
-
+def target(server: Server) -> Target:
+    """The server under test as a client sees it (its slice of the profile and the launch)."""
     prof, plan = server.prof, server.plan
-    out_file = f"{plan.trial_dir}/bench-{w.label}-c{concurrency}.jsonl"
-    argv = bs.bench_serving_argv(prof.server.python, f"http://{plan.host}:{plan.port}", prof.bench.backend,
-                                 prof.model.served_name or prof.model.path, prof.model.tokenizer or prof.model.path,
-                                 w, n, concurrency, out_file, w.seed)
-    t0 = time.monotonic()
-    env = {"HF_HUB_OFFLINE": "1", "no_proxy": LOOPBACK, "NO_PROXY": LOOPBACK}   # never ask the hub, never a proxy
-    res = server.runner.run(argv, timeout=scaled(prof, prof.server.timeouts.level_s, slack=30.0), env=env)
-    result_text = server.runner.read_file(out_file).decode(errors="replace") or None
-    got = bs.interpret(res.exit_code, res.stdout + res.stderr, result_text, n)
-    metrics = _modeled({k: float(v) for k, v in got.metrics.items()
-                        if isinstance(v, (int, float)) and not isinstance(v, bool)}, time_scale(prof))
-    return bench.LevelMetrics(concurrency, n, w.label, metrics=metrics, completed=got.completed,
-                              failed=n - got.completed, errors=got.evidence[:5], wall_s=time.monotonic() - t0,
-                              server_gone=got.status == "server_died")
-
-
-def _modeled(metrics: dict[str, float], scale: float) -> dict[str, float]:
-    """The real client measures wall time; against the stand-in, report modeled units like the built-in client."""
-    if scale == 1.0:
-        return metrics
-    out = {}
-    for k, v in metrics.items():
-        if k.endswith("_ms") or k == "duration":
-            v = v / scale
-        elif "throughput" in k or k.endswith("_per_s"):
-            v = v * scale
-        out[k] = v
-    return out
+    return Target(base_url=server.base_url, host_url=f"http://{plan.host}:{plan.port}", runner=server.runner,
+                  python=prof.server.python, out_dir=plan.trial_dir, backend=prof.bench.backend,
+                  model=prof.model.served_name or prof.model.path, tokenizer=prof.model.tokenizer or prof.model.path,
+                  time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
+                  level_timeout_s=scaled(prof, prof.server.timeouts.level_s, slack=30.0))
 
 
 def _link_epoch(server: Server) -> int:

@@ -18,10 +18,10 @@ import yaml
 from tunectl.flags import bundled_flags, config_to_argv
 from tunectl.models import LaunchPlan
 from tunectl.profile import Profile
+from tunectl.runners.hosts.base import LOOPBACK
 
 SIM_MODULE = "tunectl.sim.launch_server"
 SGLANG_MODULE = "sglang.launch_server"
-LOOPBACK = "127.0.0.1,localhost,::1"
 _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 

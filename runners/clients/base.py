@@ -1,0 +1,67 @@
+"""The Client protocol: one concurrency level against a running server, measured in SGLang's metric names.
+
+A client gets only its slice of the world (`Target`: where the server is, the model, the time scale, the host it
+may run on), never the profile or the Server. Every client passes the same conformance suite
+(tests/runners/client_conformance.py); a third client is one module with a `CLIENT` plus its name in
+`tunectl.runners.clients.CLIENTS` (and in the profile's `client` choices).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tunectl.profile import WorkloadSpec
+from tunectl.runners.hosts.base import Runner
+
+Abort = threading.Event | Callable[[], bool] | None
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server under test as a client sees it."""
+    base_url: str                     # as this process reaches it (through the runner's forward for SSH)
+    host_url: str                     # as the server's own host reaches it
+    runner: Runner                    # the server's host, for a client that runs there
+    python: str                       # the Python on that host
+    out_dir: str                      # a directory on that host for the client's files (the trial directory)
+    backend: str                      # "sglang" (native /generate) or "sglang-oai" (/v1/completions)
+    model: str                        # the served model name
+    tokenizer: str
+    time_scale: float = 1.0           # the stand-in's clock: wall times / time_scale are modeled units
+    request_timeout_s: float = 600.0
+    level_timeout_s: float = 600.0    # the whole level, for a client run as one command
+
+
+@dataclass
+class LevelMetrics:
+    concurrency: int
+    num_prompts: int
+    workload: str = "random"
+    metrics: dict[str, float] = field(default_factory=dict)
+    completed: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    client_bound: bool = False
+    wall_s: float = 0.0
+    aborted: bool = False
+    server_gone: bool = False
+    processes: int = 1
+    client: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.completed == self.num_prompts and not self.aborted
+
+
+class Client(Protocol):
+    name: str
+    streams_progress: bool            # calls `progress` as tokens stream; False: the ladder watches server batches
+
+    def run_level(self, target: Target, workload: WorkloadSpec, concurrency: int, num_prompts: int, *,
+                  progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
+        """Run `num_prompts` requests of `workload` in `concurrency` closed-loop streams; never raises for a
+        failed request or a dead server (those are counted in the result)."""
+        ...
