@@ -58,6 +58,19 @@ def keygen(path: Path) -> str:
     return path.with_suffix(".pub").read_text().strip()
 
 
+def children(ppid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == ppid:
+                out.append(int(name))
+    return out
+
+
 @dataclass
 class Sshd:
     dir: Path
@@ -73,16 +86,7 @@ class Sshd:
 
     def session_pids(self) -> list[int]:
         """The per-connection sshd processes (children of the listener): kill one to cut a link."""
-        out = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    stat = Path(f"/proc/{name}/stat").read_text()
-                except OSError:
-                    continue
-                if int(stat[stat.rindex(")") + 2:].split()[1]) == self.proc.pid:
-                    out.append(int(name))
-        return out
+        return children(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -92,16 +96,18 @@ class Sshd:
             self.proc.kill()
 
 
-def start_sshd(d: Path) -> Sshd:
+def start_sshd(d: Path, port: int | None = None, extra: str = "") -> Sshd:
+    """sshd on 127.0.0.1 (a free port unless given); `extra` is appended to its config (e.g. SetEnv lines)."""
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)   # sshd's privilege-separation directory
     host_pub = " ".join(keygen(d / "host_ed25519").split()[:2])
     user_pub = keygen(d / "user_ed25519")
     (d / "authorized_keys").write_text(user_pub + "\n")
-    port = free_port()
-    (d / "sshd_config").write_text(CONFIG.format(port=port, d=d))
+    port = port or free_port()
+    (d / "sshd_config").write_text(CONFIG.format(port=port, d=d) + extra)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdin=subprocess.DEVNULL,
-                            stdout=open(d / "sshd.log", "ab"), stderr=subprocess.STDOUT)
+                            stdout=open(d / "sshd.log", "ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)       # outlives the shell that started it
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if proc.poll() is not None:
