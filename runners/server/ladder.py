@@ -86,8 +86,10 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
     crash = _watch(server, th, prog, abort, concurrency, t0)
     th.join(timeout=30)
     lv = _level_result(w, concurrency, box, crash, time.monotonic() - t0)
-    if lv.status == "failed" and _link_epoch(server) != epoch:
-        lv.crash = CrashInfo(cls="infra", signature="link_lost", phase="load", level=concurrency,
+    if _lost_to_link(server, lv, epoch):
+        if server.crash is lv.crash:
+            server.crash = None            # the hang verdict was the link's
+        lv.status, lv.crash = "failed", CrashInfo(cls="infra", signature="link_lost", phase="load", level=concurrency,
                              message=f"the link to {server.runner.name} was re-dialled during the level: requests "
                                      "were lost to the link, not to the server")
     return lv
@@ -106,6 +108,20 @@ def target(server: Server) -> Target:
 def _link_epoch(server: Server) -> int:
     """Runners with a network link (SSH) count re-dials; requests failing across one are not the server's."""
     return int(getattr(server.runner, "link_epoch", 0))
+
+
+def _lost_to_link(server: Server, lv: LevelResult, epoch: int) -> bool:
+    """A failed level, or a 'hang' (streams through a dropped port forward stop without an error), across a
+    re-dial. The link is checked first (one round trip), so a drop not yet noticed is counted too."""
+    hang = lv.crash is not None and lv.crash.cls == "hang"
+    if lv.status != "failed" and not hang or not hasattr(server.runner, "link_epoch"):
+        return False
+    if _link_epoch(server) == epoch:
+        try:
+            server.runner.run(["true"], timeout=30)
+        except Exception:  # noqa: BLE001 - a link that stays down is the runner's InfraError elsewhere
+            pass
+    return _link_epoch(server) != epoch
 
 
 def _watch(server: Server, th: threading.Thread, prog: _Progress, abort: threading.Event, level: int,

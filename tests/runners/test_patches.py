@@ -21,6 +21,7 @@ CACHE = Path(REPO_ROOT) / ".cache" / "sglang-src"
 MR = "srt/model_executor/model_runner.py"
 MHA = "srt/models/deepseek_common/attention_forward_methods/forward_mha.py"
 CUTLASS, PT1 = "0001-flashinfer-cutlass-autotune", "0002-page-table-1-flattened"
+MOE_LOG, MOE_UTILS = "0003-log-moe-runner", "srt/layers/moe/utils.py"
 
 
 def sglang_source(version: str = "0.5.9") -> Path:
@@ -28,12 +29,14 @@ def sglang_source(version: str = "0.5.9") -> Path:
     dest = CACHE / version
     if (dest / "sglang" / MR).is_file():
         return dest
-    wheel = CACHE / f"sglang-{version}-py3-none-any.whl"
-    if not wheel.is_file():
+    wheels = sorted(CACHE.glob(f"sglang-{version}-*.whl"))       # 0.5.17 ships platform wheels, 0.5.9 py3-none
+    if not wheels:
         res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", f"sglang=={version}", "-d",
                               str(CACHE)], capture_output=True, text=True, timeout=600)
-        if res.returncode != 0 or not wheel.is_file():
+        wheels = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
+        if res.returncode != 0 or not wheels:
             pytest.skip(f"cannot fetch sglang {version} with pip download: {res.stderr.strip()[-200:]}")
+    wheel = wheels[0]
     with zipfile.ZipFile(wheel) as z:
         z.extractall(dest)
     return dest
@@ -44,17 +47,21 @@ def pristine() -> Path:
     return sglang_source()
 
 
-@pytest.fixture
-def install(tmp_path, pristine):
-    """A python whose `sglang` is a fresh copy of the real 0.5.9 package: (python path, sglang dir)."""
+def make_install(tmp_path: Path, pristine: Path, version: str = "0.5.9") -> tuple[str, Path]:
+    """A python whose `sglang` is a fresh copy of the real package: (python path, sglang dir)."""
     site = tmp_path / "site"
     shutil.copytree(pristine / "sglang", site / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(pristine / "sglang-0.5.9.dist-info", site / "sglang-0.5.9.dist-info")
+    shutil.copytree(pristine / f"sglang-{version}.dist-info", site / f"sglang-{version}.dist-info")
     python = tmp_path / "bin" / "python"
     python.parent.mkdir()
     python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
     python.chmod(0o755)
     return str(python), site / "sglang"
+
+
+@pytest.fixture
+def install(tmp_path, pristine):
+    return make_install(tmp_path, pristine)
 
 
 def sha(p: Path) -> str:
@@ -68,10 +75,10 @@ def patcher(install, tmp_path):
 
 def test_manifest_hashes_match_bundled_files():
     manifest = load_manifest()
-    assert set(manifest) == {CUTLASS, PT1}
+    assert set(manifest) == {CUTLASS, PT1, MOE_LOG}
     for spec in manifest.values():
         assert hashlib.sha256(patch_bytes(spec)).hexdigest() == spec.sha256
-        assert spec.versions == ["0.5.9"]
+        assert spec.versions == (["0.5.17"] if spec.id == MOE_LOG else ["0.5.9"])
     assert manifest[PT1].verified_on_gpu is False
 
 

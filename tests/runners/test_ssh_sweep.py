@@ -149,3 +149,25 @@ def test_search_retries_the_trial_the_link_cut(tmp_path, ssh_home, sshd, make_ss
         assert json.loads((store.trial_dir(n) / "trial.json").read_text())["status"] in ("ok", "infra", "pruned",
                                                                                          "crashed")
     assert out.evaluated >= 3
+
+
+def test_link_cut_between_levels_is_not_a_hang(tmp_path, ssh_home, sshd, make_ssh_runner):
+    """Cut from outside (as `bench/gpu/ssh-moe.sh` does on the GPU host) just as the next level starts: its
+    streams through the dropped port forward stop without an error. Seen on the stand-in as a 'hang' blamed on
+    the config; it is the link's (infra), and the server is still torn down cleanly."""
+    from tunectl.trial import TrialContext, run_trial
+
+    prof = load_profile(ssh_profile(tmp_path))
+    store = StudyStore("cut2", tmp_path / "results")
+    cut = threading.Event()
+
+    def on_event(kind, data):
+        if kind == "level_start" and data["concurrency"] == 256 and not cut.is_set():
+            cut.set()
+            sshd_kill(sshd)
+
+    result = run_trial(TrialContext(prof, make_ssh_runner(), store, levels=[1, 256]), 0, {}, "sweep", on_event)
+    assert cut.is_set()
+    assert result.status == "infra" and result.crash.cls == "infra", (result.crash, [(l.concurrency, l.status, l.completed, l.failed_requests) for l in result.levels])
+    assert result.levels[0].status == "ok"
+    assert result.teardown["verdict"] == "clean"
