@@ -53,3 +53,30 @@ def test_real_run_with_both_clients_is_not_a_crash() -> None:
     w.feed(data, 0.0)
     assert not w.crashed
     assert classify(data.decode(errors="replace"), "load", 512, 137) is None
+
+
+# ------------------------------------------------------------------- over SSH, tiny MoE (tests/fixtures/logs/h200-ssh)
+SSH_LOGS = Path(__file__).parents[1] / "fixtures" / "logs" / "h200-ssh"
+
+
+def test_option_names_in_the_server_args_line_are_no_crash_evidence() -> None:
+    """The real GLM-5-shaped crash (a config field missing) was first called a FlashInfer autotune failure: the
+    catalog's autotune pattern matched `disable_flashinfer_autotune=False` in the server_args line."""
+    text = (SSH_LOGS / "glm5-shaped-missing-moe-layer-freq.log").read_text()
+    assert "disable_flashinfer_autotune=False" in text
+    crash = classify(text, "startup", None, 137)
+    assert crash is not None and (crash.cls, crash.signature) == ("config_error", "model_config_missing_field")
+    assert crash.exception_line == "AttributeError: 'GlmMoeDsaConfig' object has no attribute 'moe_layer_freq'"
+    renamed = text.replace("AttributeError: 'GlmMoeDsaConfig' object", "AttributeError: 'GlmMoeDsaModel' object")
+    assert classify(renamed, "startup", None, 137).signature == "unknown"     # never the autotune by its name
+
+
+def test_moe_runner_refused_by_sglang_is_a_config_error_with_a_repair() -> None:
+    """flashinfer_cutedsl on a bf16 model: SGLang's own argument check, before the server_args line, exit 1."""
+    from tunectl.runners.crashes import repairs_for
+
+    text = (SSH_LOGS / "moe-runner-cutedsl-bf16.log").read_text()
+    crash = classify(text, "startup", None, 1)
+    assert crash is not None and (crash.cls, crash.signature) == ("config_error", "moe_runner_unsupported")
+    assert crash.exception_line == "AssertionError: Invalid quantization 'None'."
+    assert repairs_for("moe_runner_unsupported") == (("moe-runner-backend", "auto"),)

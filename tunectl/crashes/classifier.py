@@ -106,6 +106,8 @@ def _match(sigs: list[Signature], text: str) -> Signature | None:
 
 def _earliest(sigs: list[Signature], lines: list[str]) -> Signature | None:
     for line in lines:
+        if "server_args=ServerArgs(" in line:      # every option's name and value: no evidence of anything
+            continue
         hit = _match(sigs, line)
         if hit:
             return hit
