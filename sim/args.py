@@ -1,8 +1,10 @@
-"""The stand-in's command line: SGLang 0.5.9's flags (built from the bundled --help table) plus --sim-* flags.
+"""The stand-in's command line: SGLang's flags (built from the bundled --help table of 0.5.9, or of 0.5.17 with
+`--sim-sglang-version 0.5.17`) plus --sim-* flags.
 
-`--config FILE.yaml` is merged exactly like SGLang 0.5.9's ConfigArgumentMerger: config options first, then the
+`--config FILE.yaml` is merged exactly like SGLang's ConfigArgumentMerger: config options first, then the
 command line (so the command line wins); store_true flags appear only when true; other booleans become
-`--key true|false`; lists become repeated values; empty lists are dropped.
+`--key true|false`; lists become repeated values; empty lists are dropped; an option whose destination belongs to
+an action other than store / store_true is refused (the set differs by version, below).
 """
 from __future__ import annotations
 
@@ -21,14 +23,43 @@ TYPES: dict[str, Any] = {
     "chunked-prefill-size": int, "stream-interval": int, "random-seed": int, "max-prefill-tokens": int,
     "max-total-tokens": int, "mem-fraction-static": float, "watchdog-timeout": float, "cuda-graph-bs": int,
     "data-parallel-size": int, "pipeline-parallel-size": int, "expert-parallel-size": int,
+    "cuda-graph-max-bs-decode": int, "cuda-graph-max-bs-prefill": int,     # 0.5.17 names
+    "tp-size": int, "dp-size": int, "pp-size": int, "ep-size": int,
 }
-# Options SGLang 0.5.9's --config parser refuses: their argparse action is neither store nor store_true
-# (server_args.py: DeprecatedAction, LoRAPathAction). Real 0.5.17 refuses more (cuda_graph_backend_prefill & co.,
-# whose destination a deprecated alias shares): tunectl's server.argv_flags puts such options on the command line.
-CONFIG_UNSUPPORTED = {"hybrid_kvcache_ratio": "DeprecatedAction", "prefill_round_robin_balance": "DeprecatedAction",
-                      "lora_paths": "LoRAPathAction"}
+VERSIONS = ("0.5.9", "0.5.17")
+# Options SGLang's --config parser refuses: their destination belongs to an argparse action that is neither store
+# nor store_true (server_args_config_parser.py, `unsupported_actions`, keyed by dest). 0.5.9: DeprecatedAction,
+# LoRAPathAction. 0.5.17 adds the deprecated aliases' destinations (server_args.py), so the NEW names of these
+# options are refused in a config file (real: "Unsupported config option 'cuda_graph_backend_prefill' with action
+# 'DeprecatedStoreConstAction'"): tunectl's server.argv_flags puts them on the command line.
+_ALIAS_0517 = ("cuda_graph_bs_decode cuda_graph_bs_prefill cuda_graph_max_bs_decode cuda_graph_max_bs_prefill "
+               "cuda_graph_tc_compiler dsa_decode_backend dsa_prefill_backend dsa_prefill_cp_mode "
+               "mamba_radix_cache_strategy prefill_cp_mode speculative_draft_window_size").split()
+_STORE_TRUE_0517 = ("disable_cuda_graph enable_dsa_prefill_context_parallel enable_linear_replayssm_spec "
+                    "enable_prefill_context_parallel incremental_streaming_output").split()
+CONFIG_UNSUPPORTED: dict[str, dict[str, str]] = {
+    "0.5.9": {"hybrid_kvcache_ratio": "DeprecatedAction", "prefill_round_robin_balance": "DeprecatedAction",
+              "lora_paths": "LoRAPathAction"},
+    "0.5.17": {"collect_tokens_histogram": "DeprecatedAction", "prefill_round_robin_balance": "DeprecatedAction",
+               "lora_paths": "LoRAPathAction", "cuda_graph_backend_prefill": "DeprecatedStoreConstAction",
+               **{d: "DeprecatedAliasStoreAction" for d in _ALIAS_0517},
+               **{d: "DeprecatedStoreTrueAction" for d in _STORE_TRUE_0517}},
+}
+# 0.5.17 names of the knobs the stand-in's model reads under their 0.5.9 names.
+RENAMED_0517 = {"cuda_graph_max_bs_decode": "cuda_graph_max_bs", "dsa_prefill_backend": "nsa_prefill_backend",
+                "dsa_decode_backend": "nsa_decode_backend"}
 DEFAULTS: dict[str, Any] = {"host": "127.0.0.1", "port": 30000, "tensor-parallel-size": 1, "stream-interval": 1,
                             "watchdog-timeout": 300.0, "log-level": "info"}
+
+
+def version_of(argv: list[str]) -> str:
+    """The SGLang version the stand-in plays (`--sim-sglang-version`, read before the parser is built)."""
+    for i, a in enumerate(argv):
+        if a == "--sim-sglang-version" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--sim-sglang-version="):
+            return a.split("=", 1)[1]
+    return SGLANG_VERSION
 
 
 def build_parser(version: str = SGLANG_VERSION) -> argparse.ArgumentParser:
@@ -39,6 +70,8 @@ def build_parser(version: str = SGLANG_VERSION) -> argparse.ArgumentParser:
     sim.add_argument("--sim-card", default="glm5-nvfp4-8x-rtx-pro-6000", help="sim card name or YAML path")
     sim.add_argument("--sim-time-scale", type=float, default=0.01, help="wall seconds per modeled second")
     sim.add_argument("--sim-seed", type=int, default=0, help="seed of the load-dependent crash draws")
+    sim.add_argument("--sim-sglang-version", default=SGLANG_VERSION, choices=VERSIONS,
+                     help="the SGLang version whose flags, config parser and log lines the stand-in plays")
     return parser
 
 
@@ -57,8 +90,8 @@ def _add(parser: argparse.ArgumentParser, spec: FlagSpec) -> None:
     parser.add_argument(*names, **kw)
 
 
-def merge_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
-    """SGLang 0.5.9's `--config` handling (server_args_config_parser.ConfigArgumentMerger)."""
+def merge_config(argv: list[str], parser: argparse.ArgumentParser, version: str = SGLANG_VERSION) -> list[str]:
+    """SGLang's `--config` handling (server_args_config_parser.ConfigArgumentMerger)."""
     idx = [i for i, a in enumerate(argv) if a == "--config"]
     if not idx:
         return argv
@@ -76,22 +109,31 @@ def merge_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
     if not isinstance(data, dict):
         raise ValueError("Config file must contain a dictionary at root level")
     store_true = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
-    return _config_args(data, store_true) + argv[:i] + argv[i + 2:]
+    return _config_args(data, store_true, CONFIG_UNSUPPORTED.get(version, {})) + argv[:i] + argv[i + 2:]
 
 
-def _config_args(data: dict[str, Any], store_true: set[str]) -> list[str]:
+def _config_args(data: dict[str, Any], store_true: set[str], unsupported: dict[str, str]) -> list[str]:
     for key in data:
         norm = key.replace("-", "_")
-        if norm in CONFIG_UNSUPPORTED:
-            raise ValueError(f"Unsupported config option '{norm}' with action '{CONFIG_UNSUPPORTED[norm]}'")
+        if norm in unsupported:
+            raise ValueError(f"Unsupported config option '{norm}' with action '{unsupported[norm]}'")
     return config_to_argv(data, store_true)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = build_parser()
-    return parser.parse_args(merge_config(list(argv), parser))
+    version = version_of(argv)
+    parser = build_parser(version)
+    return parser.parse_args(merge_config(list(argv), parser, version))
 
 
 def model_config(ns: argparse.Namespace) -> dict[str, Any]:
-    """The namespace as the model's config dict (underscored names, unset values dropped)."""
-    return {k: v for k, v in vars(ns).items() if v is not None and v is not False and not k.startswith("sim_")}
+    """The namespace as the model's config dict (underscored names, unset values dropped; 0.5.17's names of the
+    model's knobs read as their 0.5.9 names)."""
+    out = {k: v for k, v in vars(ns).items() if v is not None and v is not False and not k.startswith("sim_")}
+    if getattr(ns, "sim_sglang_version", SGLANG_VERSION) == "0.5.17":
+        for new, old in RENAMED_0517.items():
+            if new in out:
+                out[old] = out.pop(new)
+        if out.get("cuda_graph_backend_decode") == "disabled":
+            out["disable_cuda_graph"] = True
+    return out

@@ -32,10 +32,15 @@ CHILD = ("import ctypes, os, signal, sys\n"
          "signal.pause()\n")
 
 
+ENTRYPOINT_FILE = "sglang/launch_server.py"
+ENTRYPOINT_WARNING = ("'python -m sglang.launch_server' is still supported, but 'sglang serve' is the recommended "
+                      "entrypoint.")
+
+
 class State:
     def __init__(self, ns: Any, argv: list[str]):
         self.ns, self.argv = ns, argv
-        self.log = Log(ns.tensor_parallel_size or 1)
+        self.log = Log(vars(ns).get("tensor_parallel_size") or vars(ns).get("tp_size") or 1)   # 0.5.17: tp_size
         self.card = load_card(ns.sim_card)
         self.patches = [p for p in os.environ.get("TUNECTL_SIM_PATCHES", "").split(",") if p]
         self.setup = resolve(self.card, sim_args.model_config(ns), dict(os.environ), self.patches)
@@ -61,7 +66,7 @@ class State:
         info = {k: v for k, v in vars(self.ns).items() if not k.startswith("sim_")}
         eng = self.engine
         info.update({
-            "version": sim_args.SGLANG_VERSION, "launch_command": " ".join(self.argv), "launch_args": self.argv,
+            "version": self.ns.sim_sglang_version, "launch_command": " ".join(self.argv), "launch_args": self.argv,
             "sim_time_scale": self.ns.sim_time_scale, "sim_card": self.card["name"], "sim_seed": self.ns.sim_seed,
             "sim_patches": self.patches, "max_total_num_tokens": self.setup.kv_tokens,
             "internal_states": [{"last_gen_throughput": eng.last_gen_throughput if eng else 0.0,
@@ -175,6 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:                      # SGLang raises from its --config merger (exit 1)
         print(f"ValueError: {e}", file=sys.stderr)
         sys.exit(1)
+    if ns.sim_sglang_version != "0.5.9":     # real 0.5.17 on stderr before its first log line
+        print(f"{ENTRYPOINT_FILE}:56: UserWarning: {ENTRYPOINT_WARNING}\n  Example: sglang serve --model-path "
+              "<model> [options]\n  warnings.warn(", file=sys.stderr, flush=True)
     st = State(ns, argv)
     signal.signal(signal.SIGTERM, lambda *_: (st.log("SIGTERM received. signum=15 frame=None. Draining requests "
                                                      "and shutting down..."), st.kill_tree()))

@@ -43,6 +43,11 @@ async def run_startup(st: Any, scale: float) -> None:
     s: Setup = st.setup
     log = st.log
     log(f"server_args={_server_args(st.ns)}")
+    if "0003-log-moe-runner" in st.patches:        # bundled patch 0003's line (real 0.5.17, before init)
+        opt = vars(st.ns)
+        log(f"tunectl patch 0003: moe_runner_backend={opt.get('moe_runner_backend') or 'auto'}, "
+            f"moe_a2a_backend={opt.get('moe_a2a_backend') or 'none'}, "
+            f"flashinfer_autotune={'off' if opt.get('disable_flashinfer_autotune') else 'on'}")
     for phase, seconds in s.phases:
         begin, end = _milestones(s, phase)
         for line in begin:

@@ -25,7 +25,9 @@ def entrypoint(prof: Profile) -> str:
 
 
 def help_argv(prof: Profile) -> list[str]:
-    return [prof.server.python, "-m", entrypoint(prof), "--help"]
+    version = [] if prof.server.engine != "sim" or prof.server.sglang_version == "0.5.9" else [
+        "--sim-sglang-version", prof.server.sglang_version]           # the stand-in prints that version's flags
+    return [prof.server.python, "-m", entrypoint(prof), *version, "--help"]
 
 
 def cache_path(runner: Runner, prof: Profile, version: str) -> Path:

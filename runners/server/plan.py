@@ -77,7 +77,8 @@ def sim_args(prof: Profile) -> list[str]:
     if prof.server.engine != "sim":
         return []
     sim = prof.server.sim
-    return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed)]
+    version = [] if prof.server.sglang_version == "0.5.9" else ["--sim-sglang-version", prof.server.sglang_version]
+    return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed), *version]
 
 
 def expand_env(value: str) -> str:
