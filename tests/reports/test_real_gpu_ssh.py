@@ -9,8 +9,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from tunectl.cli import app
-from tunectl.runners.crashes import LogWatcher, classify
-from tunectl.runners.patches import load_manifest
+from tunectl.crashes.classifier import LogWatcher, classify
+from tunectl.runners.checks.patches import load_manifest
 from tunectl.store import StudyStore
 
 DIR = Path(__file__).resolve().parents[2] / "docs" / "real-gpu" / "ssh-moe"

@@ -73,7 +73,7 @@ def test_option_names_in_the_server_args_line_are_no_crash_evidence() -> None:
 
 def test_moe_runner_refused_by_sglang_is_a_config_error_with_a_repair() -> None:
     """flashinfer_cutedsl on a bf16 model: SGLang's own argument check, before the server_args line, exit 1."""
-    from tunectl.runners.crashes import repairs_for
+    from tunectl.crashes.classifier import repairs_for
 
     text = (SSH_LOGS / "moe-runner-cutedsl-bf16.log").read_text()
     crash = classify(text, "startup", None, 1)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.runners.test_patches import MOE_LOG, MOE_UTILS, make_install, sglang_source, sha
-from tunectl.runners.local import LocalRunner
-from tunectl.runners.patches import Patcher, PatchError, load_manifest
+from tunectl.runners.hosts.local import LocalRunner
+from tunectl.runners.checks.patches import Patcher, PatchError, load_manifest
 
 
 @pytest.fixture(scope="module")

@@ -159,7 +159,7 @@ def test_a_level_lost_to_an_unnoticed_link_drop_is_infra(make_ssh_runner, sshd, 
     from types import SimpleNamespace
 
     from tunectl.models import CrashInfo, LevelResult
-    from tunectl.runners.ladder import _lost_to_link
+    from tunectl.runners.server.ladder import _lost_to_link
 
     runner = make_ssh_runner()
     runner.run(["true"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_sweep_cli import free_port
+from tests.helpers.ports import free_port
 from tunectl.profile import default_profile_path
 from tunectl.sim import args as sim_args
 
