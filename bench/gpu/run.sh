@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The real-GPU campaign (docs/real-gpu.md), run on the GPU machine from the repository root after staging
 # the SGLang overlay (/tmp/sgl-overlay/site) and tunectl's packed wheels (/tmp/tunectl-site).
-# Usage: bench/gpu/run.sh OUTDIR [sweep|search|clients|all]
+# Usage: bench/gpu/run.sh OUTDIR [sweep|search|clients|all|ssh]
 #   -> OUTDIR/{sweep.json,search.json,clients-*.json,results/,*.txt}, OUTDIR/DONE-*
+#   ssh: tunectl over SSH to the same machine (tiny MoE, patch 0003, GLM-5-shaped): bench/gpu/ssh-moe.sh, after
+#   bench/gpu/stage-ssh.sh (docs/real-gpu.md, "Over SSH")
 set -uo pipefail
 out=${1:?usage: $0 OUTDIR [sweep|search|clients|all]}; what=${2:-all}
 mkdir -p "$out"
+[ "$what" = ssh ] && exec bash "$(dirname "$0")/ssh-moe.sh" "$out"
 export PYTHONPATH=/tmp/tunectl-site:/tmp/sgl-overlay/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 tl() { python3 -c "from tunectl.cli import app; app()" "$@"; }
