@@ -5,6 +5,7 @@ Everything here reads; nothing runs. Metric names are SGLang's (output_throughpu
 from __future__ import annotations
 
 import shlex
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,60 @@ def baseline_trial(trials: list[TrialResult]) -> TrialResult | None:
     return next((t for t in sorted(trials, key=lambda t: t.trial) if t.role == "baseline"), None)
 
 
+def winner_number(data: StudyData) -> dict[str, Any] | None:
+    """The winner's one number, the same in `tunectl best`, the search's closing lines and the report: the mean
+    best stable throughput over every finished-ok run of its config (the search trial and its finalist reruns,
+    each a fresh launch), their spread and count, and the gain over the baseline's. Extend here, not beside."""
+    best = best_trial(data)
+    if best is None:
+        return None
+    runs = sorted((t for t in data.trials if t.params == best.params and t.status == "ok"), key=lambda t: t.trial)
+    values = [t.best_output_throughput for t in runs] or [best.best_output_throughput]
+    value = statistics.fmean(values)
+    base = baseline_trial(data.trials)
+    base_value = base.best_output_throughput if base is not None and base.status == "ok" else None
+    return {"trial": best.trial, "value": value, "runs": [t.trial for t in runs] or [best.trial],
+            "values": values, "n": len(values), "min": min(values), "max": max(values),
+            "baseline": base_value, "baseline_trial": base.trial if base is not None else None,
+            "gain": value / base_value if base_value else None}
+
+
+def headline(number: dict[str, Any]) -> str:
+    """winner_number() in words: "2,010.3 output tok/s (mean of 3 runs, 1,950.0-2,097.0), 2.28x the baseline
+    (880.0)"."""
+    if not number:
+        return "no stable configuration"
+    text = f"{number['value']:,.1f} output tok/s"
+    if number["n"] > 1:
+        text += f" (mean of {number['n']} runs, {number['min']:,.1f}-{number['max']:,.1f})"
+    else:
+        text += " (1 run)"
+    if number.get("gain"):
+        text += f", {number['gain']:.2f}x the baseline ({number['baseline']:,.1f})"
+    return text
+
+
+_RUN_ENV = ("TUNECTL_RUN_ID", "TMPDIR", "no_proxy", "NO_PROXY", "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION")
+
+
+def reproduce(launch: dict[str, Any]) -> dict[str, Any]:
+    """What a user pastes to launch a recorded config again: the environment it needs (the profile's, the knobs',
+    the GPUs, the stand-in's patch switch; not tunectl's per-run bookkeeping), the argv, and the SGLang patches
+    (the stand-in models them through its environment; real SGLang needs them applied first). A secret stays a
+    reference to the caller's environment."""
+    argv = list(launch.get("argv") or [])
+    env = {k: str(v) for k, v in (launch.get("env") or {}).items() if k not in _RUN_ENV and str(v) != ""}
+    patches = list(launch.get("patches") or [])
+    words = [f"{k}=\"${{{k}}}\"" if v == "<redacted>" else f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    lines = []
+    if patches and not any(a.startswith("tunectl.sim") for a in argv):
+        lines.append(f"# needs the SGLang patches {', '.join(patches)}: tunectl applies them on the host "
+                     "(patch -p1 inside the installed sglang/ package; files in tunectl's sglang_patches/)")
+    if argv:
+        lines.append(" ".join([*words, shlex.join(argv)]))
+    return {"argv": argv, "env": env, "patches": patches, "command": "\n".join(lines)}
+
+
 def summary(data: StudyData) -> dict[str, Any]:
     best = best_trial(data)
     counts: dict[str, int] = {}
@@ -144,19 +199,22 @@ def summary(data: StudyData) -> dict[str, Any]:
     if best is None:
         return out
     peak = peak_level(best)
-    argv = launch_argv(data, best.trial)
+    launch = data.launches.get(best.trial) or ({"argv": launch_argv(data, best.trial)})
+    again = reproduce(launch)
+    number = winner_number(data) or {}
     out["best"] = {
         "trial": best.trial, "role": best.role, "status": best.status, "params": dict(best.params),
         "output_throughput": best.best_output_throughput,
         "concurrency": peak.concurrency if peak else None,
         "max_stable_concurrency": best.max_stable_concurrency,
         "latencies": {k: peak.metrics.get(k) for k in LATENCY_KEYS} if peak else {},
-        "command": redact_text(shlex.join(argv)) if argv else "", "argv": argv,
-        "host": best.host, "sglang_version": best.sglang_version, "patch_hashes": dict(best.patch_hashes)}
-    if best_info(data).get("confirmed_value") is not None:
-        out["best"]["confirmed_value"] = best_info(data)["confirmed_value"]   # mean of its finalist reruns
-    if base and base.best_output_throughput > 0:
-        out["best"]["speedup_vs_baseline"] = best.best_output_throughput / base.best_output_throughput
+        "command": redact_text(again["command"]), "argv": again["argv"], "env": again["env"],
+        "patches": again["patches"], "host": best.host, "sglang_version": best.sglang_version,
+        "patch_hashes": dict(best.patch_hashes), "confirmed": number}
+    if number.get("n", 0) > 1:
+        out["best"]["confirmed_value"] = number["value"]    # the mean over the search run and its reruns
+    if number.get("gain"):
+        out["best"]["speedup_vs_baseline"] = number["gain"]
     return out
 
 

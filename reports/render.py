@@ -15,6 +15,7 @@ from tunectl.reports.data import (
     best_trial,
     fmt_cell,
     fmt_params,
+    headline,
     history,
     pareto,
     summary,
@@ -70,17 +71,16 @@ def _summary_html(s: dict[str, Any]) -> str:
     if b is None:
         return "".join(parts) + "<p>No stable configuration yet.</p>"
     lat = ", ".join(f"{k} {_e(v)}" for k, v in b["latencies"].items() if v is not None)
-    speed = f" ({b['speedup_vs_baseline']:.2f}x the baseline)" if b.get("speedup_vs_baseline") else ""
-    if b.get("confirmed_value") is not None:
-        speed += f"; finalist reruns confirm {_e(float(b['confirmed_value']))} tok/s on average"
     ref = s.get("reference")
     ref_txt = (f"<li>reference: {_e(ref.get('label'))}: {_e(float(ref['output_throughput']))} tok/s</li>"
                if ref and ref.get("output_throughput") else "")
-    patches = ", ".join(f"{k} {v[:12]}" for k, v in b["patch_hashes"].items()) or "none"
+    patches = ", ".join(f"{p} {b['patch_hashes'][p][:12]}" if p in b["patch_hashes"] else p
+                        for p in b["patches"]) or "none"
     parts.append(
         f"<ul><li>best stable: trial <b>#{b['trial']}</b> ({_e(b['role'])}): "
-        f"<b>{_e(b['output_throughput'])} output tok/s</b> at concurrency {_e(b['concurrency'])}{speed}; "
-        f"stable up to {_e(b['max_stable_concurrency'])}</li><li>latencies at that level: {lat}</li>"
+        f"<b>{_e(headline(b['confirmed']))}</b>; peak of trial #{b['trial']} at concurrency "
+        f"{_e(b['concurrency'])}; stable up to {_e(b['max_stable_concurrency'])}</li>"
+        f"<li>latencies at that level: {lat}</li>"
         f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'] or 'unknown')}, "
         f"patches: {_e(patches)}</li>"
         f"{ref_txt}</ul>"

@@ -42,7 +42,8 @@ def _pkey(params: dict[str, Any]) -> str:
 
 
 def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Finalist configs with their reruns: per config the throughput of each run and the spread. `picks` is
+    """Finalist configs with their runs (the search run, then the reruns): per config the throughput of each run,
+    their mean and spread. `picks` is
     best.json's "finalists" (trial + params of each pick); without it the pick is the first other trial
     (baseline or search) with the same params."""
     groups: dict[str, dict[str, Any]] = {}
@@ -56,8 +57,14 @@ def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = No
     for t in sorted(trials, key=lambda t: t.trial):
         if t.role != "finalist":
             origin.setdefault(_pkey(t.params), t.trial)
+    by_num = {t.trial: t for t in trials}
     out = []
     for key, g in groups.items():
+        first = by_num.get(origin.get(key))      # the search run counts too: the mean is winner_number()'s
+        if first is not None:
+            g["runs"].insert(0, {"trial": first.trial, "attempt": first.attempt, "status": first.status,
+                                 "output_throughput": first.best_output_throughput,
+                                 "max_stable_concurrency": first.max_stable_concurrency})
         tps = [r["output_throughput"] for r in g["runs"] if r["status"] == "ok"]
         out.append({**g, "search_trial": origin.get(key), "ok_runs": len(tps),
                     "mean_output_throughput": statistics.fmean(tps) if tps else 0.0,

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Installs everything the test suite needs on a fresh Debian machine (system packages included), then runs it.
+# Installs everything the test suite needs on a fresh Debian/Ubuntu machine (system packages included), then runs
+# it. Works as root or not (sudo when it needs no password; else the services' tests skip), in a virtual
+# environment or not: the active one ($VIRTUAL_ENV), else $TUNECTL_VENV, else .venv when the system Python may not
+# be installed into (PEP 668 "externally managed", no pip, or not writable). Nothing but Python is assumed.
 # The tests start their own services (OpenSSH sshd, PostgreSQL, headless Chromium) on loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+sudo=()
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo=(sudo -n); fi
+if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ ${#sudo[@]} -gt 0 ]; }; then
   need=()
   [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
   command -v ps >/dev/null || need+=(procps)
@@ -11,14 +16,39 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v patch >/dev/null || need+=(patch)
   command -v chromium >/dev/null || need+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
   if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
 fi
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+
+# May this interpreter be installed into? Not when it is externally managed (PEP 668), has no pip, or its
+# site-packages is not writable (a system Python as a normal user).
+installable() {
+  "$1" - <<'PY' 2>/dev/null
+import os, subprocess, sys, sysconfig
+in_venv = sys.prefix != sys.base_prefix
+managed = os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+has_pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0
+writable = os.access(sysconfig.get_path("purelib"), os.W_OK)
+sys.exit(0 if has_pip and writable and (in_venv or not managed) else 1)
+PY
+}
+
+py=python3
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+  py="$VIRTUAL_ENV/bin/python"
+elif [ -n "${TUNECTL_VENV:-}" ] || ! installable python3; then
+  venv="${TUNECTL_VENV:-.venv}"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  py="$venv/bin/python"
+  echo "tests/run.sh: installing into the virtual environment $venv"
+fi
+pip=("$py" -m pip install -q --disable-pip-version-check)
+"${pip[@]}" -e ".[test]"
 # The real SGLang client (sglang.bench_serving) runs against the stand-in in the tests: the package without its
 # GPU serving stack, plus what the client imports.
-python3 -m pip install -q --disable-pip-version-check --no-deps "sglang==0.5.9"
-python3 -m pip install -q --disable-pip-version-check pybase64 transformers datasets
-python3 -m pytest -q "$@"
+"${pip[@]}" --no-deps "sglang==0.5.9"
+"${pip[@]}" pybase64 transformers datasets requests IPython
+"$py" -m pytest -q "$@"

@@ -86,7 +86,8 @@ def test_bad_input_is_one_line_and_starts_nothing(env, args, needle):
 def test_dry_run_prints_the_plan_and_starts_nothing(env):
     res = sweep(env, "--dry-run", *SEEDS, timeout=60)
     assert res.returncode == 0, res.stderr
-    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("python3 -m tunectl.sim.launch_server --model"))
+    head = shlex.join([sys.executable, "-m", "tunectl.sim.launch_server", "--model"])   # tunectl's interpreter
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith(head))
     argv = shlex.split(line)
     assert "--disable-cuda-graph" in argv and argv[argv.index("--tp-size") + 1] == "8"
     assert "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION=1" in res.stdout

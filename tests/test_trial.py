@@ -3,6 +3,7 @@ an interrupted trial leaves readable results and no process behind."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -45,7 +46,7 @@ def test_launch_json_argv_reproduces_the_launch(tmp_path):
     run_trial(c, 0, {"max-running-requests": 256, "disable-radix-cache": True, "cuda-graph-max-bs": 64})
     launch = json.loads((c.store.trial_dir(0) / "launch.json").read_text())
     argv = launch["argv"]
-    assert argv[:3] == ["python3", "-m", "tunectl.sim.launch_server"]
+    assert argv[:3] == [sys.executable, "-m", "tunectl.sim.launch_server"]
     assert yaml.safe_load((c.store.trial_dir(0) / "config.yaml").read_text()) == launch["config"]
     # the by-hand command line parses to exactly what the --config launch parsed to
     by_hand = vars(sim_args.parse(argv[3:]))

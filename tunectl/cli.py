@@ -4,10 +4,29 @@ Each command family lives in tunectl/commands/<name>.py and registers itself on 
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Unattended, crash-aware tuning of SGLang server flags.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        import sys
+
+        from tunectl import __version__
+
+        print(f"tunectl {__version__} (Python {sys.version.split()[0]} at {sys.executable})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="print the version and the interpreter, then exit")] = False
+          ) -> None:
+    """Unattended, crash-aware tuning of SGLang server flags."""
 
 
 def _register() -> None:
@@ -23,5 +42,7 @@ def _register() -> None:
 
 _register()
 
-if __name__ == "__main__":
-    app()
+if __name__ == "__main__":            # `python -m tunectl.cli`: the commands registered on the imported module
+    from tunectl.cli import app as _app
+
+    _app()

@@ -16,7 +16,12 @@ class ProfileError(TunectlError):
     def __init__(self, file: str, field: str, value: object, problem: str, line: int | None = None):
         self.file, self.field, self.value, self.problem, self.line = file, field, value, problem, line
         where = f"{file}:{line}" if line else file
-        super().__init__(f"{where}: {field}: {value!r}: {problem}")
+        if field.startswith("("):          # the file itself ((yaml), (file), (top level)): no field, no value
+            super().__init__(f"{where}: {problem}")
+        elif value is None:                # a missing key or an empty value: nothing to quote
+            super().__init__(f"{where}: {field}: {problem}")
+        else:
+            super().__init__(f"{where}: {field}: {value!r}: {problem}")
 
 
 class UsageError(TunectlError):

@@ -6,6 +6,8 @@ Precedence: model defaults, then the YAML file, then CLI overrides (`--set`). A 
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,7 +75,9 @@ class Timeouts(Strict):
 
 class ServerSpec(Strict):
     engine: Literal["sim", "sglang"] = "sim"
-    python: str = "python3"
+    # None: the interpreter running tunectl (the stand-in ships with it; a local SGLang shares its venv), or
+    # `python3` on an SSH host running real SGLang. Never the login shell's guess for the stand-in.
+    python: str | None = None
     sglang_version: str = "0.5.9"
     host: str = "127.0.0.1"
     port: int = Field(30000, ge=1024, le=65535)
@@ -159,11 +163,27 @@ class SearchSpec(Strict):
                 if other not in self.space:
                     raise ValueError(f"search.space.{name}.when: {other!r} is not a knob; "
                                      f"valid: {sorted(self.space)}")
+        for name in self.space:
+            cycle = _when_cycle(self.space, name, [name])
+            if cycle:
+                raise ValueError(f"search.space.{name}.when: circular: {' -> '.join(cycle)}; a knob's `when:` may "
+                                 "only name knobs that do not depend on it")
         for i, cfg in enumerate(self.try_first):
             for knob in cfg:
                 if knob not in self.space:
                     raise ValueError(f"search.try_first[{i}]: {knob!r} is not a knob; valid: {sorted(self.space)}")
         return self
+
+
+def _when_cycle(space: dict[str, ParamSpec], name: str, path: list[str]) -> list[str] | None:
+    for other in space[name].when:
+        if other == path[0]:
+            return [*path, other]
+        if other in space and other not in path:
+            found = _when_cycle(space, other, [*path, other])
+            if found:
+                return found
+    return None
 
 
 class WorkloadSpec(Strict):
@@ -231,6 +251,13 @@ class Profile(Strict):
     # filled by load_profile, not part of the YAML
     source: str = Field("", exclude=True)
 
+    @model_validator(mode="after")
+    def _default_python(self) -> Profile:
+        if self.server.python is None:
+            here = self.host.kind == "local" or self.server.engine == "sim"
+            self.server.python = (sys.executable or "python3") if here else "python3"
+        return self
+
 
 # ---------------------------------------------------------------------------------------------- loading
 
@@ -284,6 +311,10 @@ def profile_error(file: str, exc: ValidationError, data: Any, root: yaml.Node | 
     field = ".".join(str(p) for p in loc) or "(top level)"
     value = _value_at(data, loc)
     problem = _problem(err)
+    inner = re.match(r"([\w.-]+(?:\[\d+\])?(?:\.[\w-]+)*): (.*)", problem, re.S)
+    if inner and inner.group(1).startswith(f"{field}."):     # a section's check names the exact field: point there
+        loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", inner.group(1)) if p)
+        field, problem, value = inner.group(1), inner.group(2), _value_at(data, loc)
     if err["type"] == "extra_forbidden":
         parent = _value_at(data, loc[:-1])
         model = _model_at(loc[:-1])

@@ -152,6 +152,22 @@ def list_studies(root: Path | str = DEFAULT_ROOT) -> list[str]:
                   key=lambda name: (r / name / "study.json").stat().st_mtime)
 
 
+def study_kind(root: Path | str, name: str) -> str:
+    try:
+        return str(read_json(Path(root) / name / "study.json").get("kind", "search"))
+    except (OSError, ValueError):
+        return "search"
+
+
+def default_study(root: Path | str = DEFAULT_ROOT) -> str | None:
+    """The study commands act on without --study: the latest search that ran a trial, else the latest study
+    that did, else the latest at all (a failed start leaves no trials)."""
+    names = list_studies(root)
+    ran = [n for n in names if StudyStore(n, root).trial_numbers()]
+    searches = [n for n in ran if study_kind(root, n) == "search"]
+    return (searches or ran or names or [None])[-1]
+
+
 def load_frames(store: StudyStore) -> dict[str, Any]:
     """pandas tables of a study: trials (one row per trial, params flattened) and levels (one row per
     trial x workload x level, SGLang metric names as columns)."""

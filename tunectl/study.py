@@ -17,6 +17,7 @@ import optuna
 from tunectl.crashes.classifier import repairs_for
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
+from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS
 from tunectl.search import finalists as fin
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
 from tunectl.search.sampler import make_sampler
@@ -32,6 +33,7 @@ from tunectl.search.study import (
 from tunectl.store import DEFAULT_ROOT, StudyStore, read_json, redact_env
 
 Event = Callable[[str, dict[str, Any]], None]
+HOST_CHECKS = tuple(step.__name__.strip("_") for step in STEPS)
 
 
 @dataclass
@@ -117,13 +119,14 @@ def _redacted(prof: Profile) -> dict[str, Any]:
     return dumped
 
 
-def preflight(prof: Profile, runner: Any, on_event: Event | None = None) -> None:
-    """`tunectl check` before a study: a renamed flag or an unpatchable install fails now, not at trial 17.
-    Leftover processes are not fatal here: recovery has just stopped this study's own, and every launch is gated
-    on a clean host anyway (other workers may share a host with their own GPUs)."""
+def preflight(prof: Profile, runner: Any, on_event: Event | None = None,
+              only: tuple[str, ...] | None = None) -> None:
+    """`tunectl check` before a study or sweep: a missing engine, a renamed flag or an unpatchable install fails
+    now, not at trial 17. Leftover processes are not fatal here: recovery has just stopped this study's own, and
+    every launch is gated on a clean host anyway (other workers may share a host with their own GPUs)."""
     from tunectl.runners.checks.readiness import ChecksFailed, run_checks
 
-    checks = run_checks(prof, runner)
+    checks = run_checks(prof, runner, only)
     failed = [c for c in checks if not c.ok and c.name != "leftovers"]
     if on_event:
         on_event("checks", {"passed": sum(c.ok for c in checks), "failed": [c.name for c in failed]})
@@ -138,11 +141,13 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
     started = time.monotonic()
     name = study_name or prof.name
     store = StudyStore(name, root)
+    if evaluate is None and runner is None:
+        runner = make_runner(prof)
+    if evaluate is None:                         # the profile's own mistakes: before a study exists
+        preflight(prof, runner, on_event, CONFIG_CHECKS)
     url = storage_url or default_storage_url(store.dir)
     seed = prof.search.seed if seed is None else seed
     n_trials = trials or prof.search.trials
-    if evaluate is None and runner is None:
-        runner = make_runner(prof)
     key = host_key(prof, runner.name if runner is not None else "virtual")
     lock_dir = store.dir / "locks"
     host_lock = claim_host(url, lock_dir, name, key)
@@ -162,8 +167,8 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
         recovered = recover(study, key, state, hooks.cleanup)
         if recovered and on_event:
             on_event("recovered", {"trials": recovered})
-        if evaluate is None:
-            preflight(prof, runner, on_event)
+        if evaluate is None:                     # the host's state, once this study's leftovers are gone
+            preflight(prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
         loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
         loop.ensure_baseline()
         loop.search(n_trials)

@@ -23,10 +23,23 @@ class Check:
     fix: str = ""
 
 
+ENGINE_CHECKS = ("python", "sglang")
+CONFIG_CHECKS = (*ENGINE_CHECKS, "flags", "patches")   # what the profile decides, not the host's current state
+
+
 class ChecksFailed(TunectlError):
+    """One line: "the engine cannot start: ..." when the server's interpreter or module is missing (exit 1),
+    else the failed checks; a flag the host's SGLang does not know is the profile's mistake (exit 2)."""
+
     def __init__(self, checks: list[Check]):
         self.checks = [c for c in checks if not c.ok]
-        super().__init__("host checks failed: " + "; ".join(f"{c.name}: {c.detail}" for c in self.checks))
+        engine = next((c for c in self.checks if c.name in ENGINE_CHECKS), None)
+        if engine is not None:
+            msg = f"the engine cannot start: {engine.detail}" + (f"; {engine.fix}" if engine.fix else "")
+        else:
+            msg = "host checks failed: " + "; ".join(f"{c.name}: {c.detail}" for c in self.checks)
+        self.exit_code = 2 if {c.name for c in self.checks} <= {"flags"} else 1
+        super().__init__(msg)
 
 
 def patch_ids(prof: Profile) -> list[str]:
@@ -63,16 +76,21 @@ def _python(c: _Ctx) -> Check:
     res = c.runner.run([c.prof.server.python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
                        timeout=60)
     if not res.ok:
-        return Check("python", False, f"{c.prof.server.python!r} does not run: {res.tail or res.exit_code}",
-                     "set server.python to the interpreter that has SGLang installed")
+        last = res.tail.strip().splitlines()[-1] if res.tail.strip() else f"exit {res.exit_code}"
+        return Check("python", False, f"server.python {c.prof.server.python!r} does not run on {c.runner.name}: "
+                                      f"{last}", "set server.python to the interpreter that has "
+                     + ("tunectl" if c.prof.server.engine == "sim" else "SGLang") + " installed")
     return Check("python", True, f"{c.prof.server.python} is Python {res.stdout.strip()}")
 
 
 def _sglang(c: _Ctx) -> Check:
     if c.prof.server.engine == "sim":
         res = c.runner.run([c.prof.server.python, "-c", "import tunectl.sim.launch_server"], timeout=60)
-        return Check("sglang", res.ok, "the stand-in tunectl.sim" + ("" if res.ok else f": {res.tail}"),
-                     "" if res.ok else "pip install tunectl on the host")
+        last = res.tail.strip().splitlines()[-1] if res.tail.strip() else f"exit {res.exit_code}"
+        return Check("sglang", res.ok, "the stand-in tunectl.sim" if res.ok else
+                     f"{c.prof.server.python} on {c.runner.name} cannot import the stand-in tunectl.sim: {last}",
+                     "" if res.ok else "unset server.python (the interpreter running tunectl is used), or "
+                                       "pip install tunectl for that interpreter")
     try:
         loc = c.patcher.locate()
     except PatchError as e:
@@ -138,13 +156,16 @@ STEPS: list[Callable[[_Ctx], Check | list[Check]]] = [_python, _sglang, _gpus, _
                                                      _patches]
 
 
-def run_checks(prof: Profile, runner: Any) -> list[Check]:
+def run_checks(prof: Profile, runner: Any, only: tuple[str, ...] | None = None) -> list[Check]:
+    """All checks, or `only` those named (the host's reachability always comes first)."""
     c = _Ctx(prof, runner)
     out = [_host(c)]
     if not out[0].ok:
         return out
     for step in STEPS:
         name = step.__name__.strip("_")
+        if only is not None and name not in only:
+            continue
         try:
             got = step(c)
         except TunectlError as e:

@@ -29,8 +29,14 @@ def test_best_command_reproduces_launch_json_argv_exactly(results_root):
     res = run(results_root, "best", "--format", "command")
     assert res.exit_code == 0, res.output
     store = StudyStore("glm5-search", results_root)        # the most recent study is the default
-    argv = read_json(store.trial_dir(store.read_best()["best"]["trial"]) / "launch.json")["argv"]
-    assert shlex.split(res.stdout.strip()) == argv
+    launch = read_json(store.trial_dir(store.read_best()["best"]["trial"]) / "launch.json")
+    argv = launch["argv"]
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith("# glm5-search: trial") and "x the baseline (" in lines[0]   # its one number
+    assert "needs the SGLang patches flashinfer-cutlass-autotune" in lines[1]           # and its patch
+    words = shlex.split(lines[-1])
+    assert words[:2] == ["SGLANG_API_KEY=${SGLANG_API_KEY}", "NCCL_DEBUG=WARN"]         # the secret stays out
+    assert words[2:] == argv
     assert any(" " in a for a in argv) and any('"' in a for a in argv)  # quoting is exercised
 
 

@@ -47,9 +47,11 @@ def test_summary_names_best_json_winner_with_its_peak_and_command(data, results_
     assert s["patch_hashes"] and all(len(h) == 64 for h in s["patch_hashes"].values())
     reruns = [t.best_output_throughput for t in data.trials
               if t.role == "finalist" and t.params == s["params"]]
-    assert len(reruns) == 2 and s["confirmed_value"] == pytest.approx(statistics.fmean(reruns))
+    runs = [s["output_throughput"], *reruns]                # one number: the search run and its reruns
+    assert len(reruns) == 2 and s["confirmed_value"] == pytest.approx(statistics.fmean(runs))
+    assert (s["confirmed"]["min"], s["confirmed"]["max"]) == (min(runs), max(runs))
     base = summary(data)["baseline"]
-    assert s["speedup_vs_baseline"] == pytest.approx(s["output_throughput"] / base["output_throughput"])
+    assert s["speedup_vs_baseline"] == pytest.approx(s["confirmed_value"] / base["output_throughput"])
 
 
 def test_a_flat_best_json_is_read_too(tmp_path):
@@ -132,12 +134,12 @@ def test_finalists_group_reruns_with_their_search_trial(data):
     fin = finalists(data.trials)
     assert len(fin) == 2
     top = fin[0]
-    runs = [t for t in data.trials if t.role == "finalist" and t.params == top["params"]]
+    origin = next(t for t in data.trials if t.trial == top["search_trial"])
+    assert origin.role == "search" and origin.params == top["params"]
+    runs = [origin, *(t for t in data.trials if t.role == "finalist" and t.params == top["params"])]
     assert [r["trial"] for r in top["runs"]] == [t.trial for t in runs]
     want = statistics.fmean(t.best_output_throughput for t in runs)
     assert top["mean_output_throughput"] == pytest.approx(want)
-    origin = next(t for t in data.trials if t.trial == top["search_trial"])
-    assert origin.role == "search" and origin.params == top["params"]
 
 
 def test_importance_uses_optuna_when_study_db_exists_else_spread(data, tmp_path):

@@ -44,7 +44,9 @@ def test_the_winner_survived_its_rerun_and_its_command_is_what_was_launched() ->
     assert min(t.best_output_throughput for t in runs) > 1.5 * baseline   # measured on the H200: 2.1x
     res = CliRunner().invoke(app, ["best", "--study", "h200-search", "--results", str(RESULTS), "-f", "command"])
     assert res.exit_code == 0, res.output
-    assert shlex.split(res.stdout.strip()) == read_json(store.trial_dir(n) / "launch.json")["argv"]
+    argv = read_json(store.trial_dir(n) / "launch.json")["argv"]
+    words = shlex.split(res.stdout, comments=True)                     # the environment it needs, then argv
+    assert words[-len(argv):] == argv and all("=" in w for w in words[:-len(argv)])
 
 
 def test_the_report_of_the_real_search_has_no_foreign_reference_line(tmp_path: Path) -> None:

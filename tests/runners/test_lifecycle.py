@@ -203,7 +203,7 @@ def test_plan_routes_knobs_to_flags_patches_and_env(tmp_path):
 def test_plan_for_real_sglang_has_no_sim_flags(tmp_path):
     prof = sim_profile(tmp_path, **{"server.engine": "sglang"})
     plan = server.build_plan(prof, {}, "rid-2", "/w/rid-2")
-    assert plan.argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert plan.argv[:3] == [sys.executable, "-m", "sglang.launch_server"]   # local: tunectl's interpreter
     assert not any(a.startswith("--sim-") for a in plan.argv + plan.exec_argv)
     assert "TUNECTL_SIM_PATCHES" not in plan.env
 

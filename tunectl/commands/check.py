@@ -1,7 +1,7 @@
 """`tunectl check [--profile P]`: is the profile's host ready? A table of checks, each failure with its fix.
 
-The checks themselves live in tunectl.runners.checks.readiness (`run_checks`), which the study wiring also calls before a
-study; this module only renders them.
+The checks themselves live in tunectl.runners.checks.readiness (`run_checks`), which the study wiring also calls
+before a study; this module only renders them.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tunectl.cli import app
-from tunectl.commands._common import console, get_profile, one_line_errors
+from tunectl.commands._common import console, get_profile, one_line_errors, show_table
 from tunectl.runners.checks.readiness import Check, run_checks
 
 __all__ = ["check", "render", "run_checks"]
@@ -41,7 +41,7 @@ def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="pro
         checks = run_checks(prof, runner)
     finally:
         runner.close()
-    console.print(render(checks))
+    show_table(render(checks), keep=("check", "result"))
     failed = [c for c in checks if not c.ok]
     if failed:
         console.print(Text(f"{len(failed)} check(s) failed: {', '.join(c.name for c in failed)}", style="red"))

@@ -3,19 +3,20 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
+import time
 import webbrowser
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
 from tunectl.cli import app
-from tunectl.commands._common import console, one_line_errors
+from tunectl.commands._common import console, err_console, one_line_errors, show_table
 from tunectl.errors import UsageError
-from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, list_studies
+from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, default_study, list_studies, study_kind
 
 StudyOpt = Annotated[str | None, typer.Option(
     "--study", "-s", help="study name under results/ (default: the most recent)")]
@@ -31,13 +32,37 @@ OpenOpt = Annotated[bool, typer.Option("--open", help="open the report in a brow
 def _store(study: str | None, root: Path) -> StudyStore:
     names = list_studies(root)
     if study is None:
-        if not names:
+        name = default_study(root)
+        if name is None:
             raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
-        return StudyStore(names[-1], root)
+        err_console.print(f"study: {name} (the latest {study_kind(root, name)}; --study NAME picks another, "
+                          "`tunectl studies` lists them)", highlight=False, markup=False, soft_wrap=True)
+        return StudyStore(name, root)
     if study not in names:
         valid = ", ".join(names) or "none"
         raise UsageError(f"--study: {study!r}: no such study under {root}; valid: {valid}")
     return StudyStore(study, root)
+
+
+@app.command()
+@one_line_errors
+def studies(root: RootOpt = DEFAULT_ROOT) -> None:
+    """The studies and sweeps under results/, oldest first; the default one (the latest search) is marked."""
+    names = list_studies(root)
+    if not names:
+        raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
+    default = default_study(root)
+    tab = Table(title=f"{root}: {len(names)} studies")
+    for col in ("study", "kind", "trials", "best tok/s", "updated"):
+        tab.add_column(col, justify="right" if col in ("trials", "best tok/s") else "left", overflow="fold")
+    for name in names:
+        store = StudyStore(name, root)
+        trials = store.trials()
+        top = max((t.best_output_throughput for t in trials if t.status == "ok"), default=None)
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime((store.dir / "study.json").stat().st_mtime))
+        tab.add_row(escape(name) + (" (default)" if name == default else ""), study_kind(root, name),
+                    str(len(trials)), "-" if top is None else f"{top:,.0f}", stamp)
+    show_table(tab, keep=("study", "kind", "updated"))
 
 
 def _reference(path: Path | None) -> dict[str, Any] | None:
@@ -91,36 +116,35 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
         tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
                     f"{r['output_throughput']:,.0f}", str(r["peak_concurrency"] or "-"),
                     str(r["max_stable_concurrency"]), crash)
-    console.print(tab)
+    show_table(tab, keep=("role", "status"))
 
 
 @app.command()
 @one_line_errors
 def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = DEFAULT_ROOT) -> None:
-    """The best stable config: its exact launch command, SGLang --config YAML, or JSON."""
-    from tunectl.reports.data import best_trial, launch_argv, load_study, summary
+    """The best stable config: its launch command (environment and patches included), SGLang --config YAML, or
+    JSON; with its one number (mean of its runs, spread, gain over the baseline)."""
+    from tunectl.reports.data import headline, load_study, summary
 
     if format not in ("command", "yaml", "json"):
         raise UsageError(f"--format: {format!r}: must be one of command, yaml, json")
     store = _store(study, root)
     data = load_study(store)
-    t = best_trial(data)
-    if t is None:
+    s = summary(data)["best"]
+    if s is None:
         raise UsageError(f"{store.name}: no stable configuration yet")
     if format == "command":
-        argv = launch_argv(data, t.trial)
-        if not argv:
-            raise UsageError(f"{store.name}: trial {t.trial} has no launch.json")
-        print(shlex.join(argv))
+        if not s["command"]:
+            raise UsageError(f"{store.name}: trial {s['trial']} has no launch.json")
+        print(f"# {store.name}: trial {s['trial']}, {headline(s['confirmed'])}")
+        print(s["command"])
     elif format == "yaml":
-        cfg = store.trial_dir(t.trial) / "config.yaml"
-        config = data.launches.get(t.trial, {}).get("config") or {}
+        cfg = store.trial_dir(s["trial"]) / "config.yaml"
+        config = data.launches.get(s["trial"], {}).get("config") or {}
         print(cfg.read_text() if cfg.is_file() else yaml.safe_dump(config, sort_keys=False), end="")
     else:
-        launch = data.launches.get(t.trial, {})
-        s = summary(data)["best"]
-        print(json.dumps({"study": store.name, **s, "config": launch.get("config"), "env": launch.get("env"),
-                          "patches": launch.get("patches")}, indent=2, default=str))
+        launch = data.launches.get(s["trial"], {})
+        print(json.dumps({"study": store.name, **s, "config": launch.get("config")}, indent=2, default=str))
 
 
 @app.command()
@@ -144,8 +168,8 @@ def diff(a: Annotated[str, typer.Argument(help="study:trial, a study (its best),
             tab.add_column(col, overflow="fold")
         for r in shown:
             mark = "" if r["same"] else "[bold yellow]"
-            tab.add_row(f"{mark}{r['key']}", _cell(r["a"]), _cell(r["b"]))
-        console.print(tab)
+            tab.add_row(f"{mark}{escape(r['key'])}", _cell(r["a"]), _cell(r["b"]))
+        show_table(tab, keep=("",))
     same = sum(r["same"] for r in d["flags"])
     console.print(f"{len(d['flags']) - same} flag(s) differ, {same} equal")
 

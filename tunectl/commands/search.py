@@ -9,11 +9,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from tunectl.cli import app
-from tunectl.commands._common import console, get_profile, one_line_errors
+from tunectl.commands._common import console, get_profile, one_line_errors, show_table
 from tunectl.errors import UsageError
 from tunectl.store import DEFAULT_ROOT
 
@@ -67,7 +68,7 @@ class Progress:
 
 
 def _ladder_table(ladder: list[list[Any]]) -> Table:
-    t = Table(title="winner's ladder", show_lines=False)
+    t = Table(title="the winner's ladder (its search run)", show_lines=False)
     for col in ("workload", "concurrency", "status", "output tok/s"):
         t.add_column(col, justify="right" if col != "workload" else "left")
     for workload, conc, status, thr, _dur in ladder:
@@ -75,39 +76,51 @@ def _ladder_table(ladder: list[list[Any]]) -> Table:
     return t
 
 
-def _finalists_table(verdicts: list[dict[str, Any]]) -> Table:
-    t = Table(title="finalists (re-run on fresh launches)")
-    for col in ("trial", "search tok/s", "reruns", "mean tok/s", "verdict"):
-        t.add_column(col)
-    for v in verdicts:
-        runs = ", ".join(f"{r['value']:,.0f}" if r["feasible"] else f"crash({r['crash_class']})" for r in v["runs"])
-        t.add_row(str(v["trial"]), f"{v['search_value']:,.0f}", runs or "-", f"{v['score']:,.0f}",
-                  Text(v["reason"], style="green" if v["survived"] else "red"))
+def _finalists_table(groups: list[dict[str, Any]]) -> Table:
+    t = Table(title="finalists: the search run, then reruns on fresh launches (output tok/s)")
+    for col in ("trial", "runs", "mean", "spread"):
+        t.add_column(col, justify="left" if col == "runs" else "right", overflow="fold")
+    for g in groups:
+        runs = ", ".join(f"#{r['trial']} {r['output_throughput']:,.0f}" if r["status"] == "ok"
+                         else f"#{r['trial']} {r['status']}" for r in g["runs"])
+        spread = f"{g['min_output_throughput']:,.0f}-{g['max_output_throughput']:,.0f}" if g["ok_runs"] else "-"
+        t.add_row(str(g["search_trial"]), runs, f"{g['mean_output_throughput']:,.0f}", spread)
     return t
 
 
-def show(out: dict[str, Any]) -> None:
-    console.print(f"[bold]study[/bold] {out['study']}: {out['trials']} search trials "
+def show(out: dict[str, Any], root: Path) -> None:
+    """The closing lines: the numbers come from the results on disk through the functions the report and
+    `tunectl best` use, so the three agree."""
+    from tunectl.reports.data import headline, load_study, summary, winner_number
+    from tunectl.reports.tables import finalists
+    from tunectl.store import StudyStore
+
+    console.print(f"[bold]study[/bold] {escape(out['study'])}: {out['trials']} search trials "
                   f"({out['crashed']} crashed, {out['pruned']} pruned, {out['duplicates']} duplicate proposals, "
-                  f"{out['retries']} retries) in {out['wall_s']:.0f}s; pruning saved ~{out['saved_s']:.0f}s")
-    if out["finalists"]:
-        console.print(_finalists_table(out["finalists"]))
-    best = out["best"]
-    if best is None:
+                  f"{out['retries']} retries) in {out['wall_s']:.0f}s; pruning saved ~{out['saved_s']:.0f}s",
+                  highlight=False)
+    data = load_study(StudyStore(out["study"], root))
+    groups = finalists(data.trials, (data.best or {}).get("finalists"))
+    if groups:
+        show_table(_finalists_table(groups), keep=("trial",))
+    best, number = out["best"], winner_number(data)
+    if best is None or number is None:
         console.print("[red]no stable configuration survived[/red]: see the trials in the report")
     else:
-        value = best["confirmed_value"] or best["value"]
-        console.print(f"[bold green]best[/bold green]: trial {best['trial']}, {value:,.0f} output tok/s "
-                      f"at concurrency {best.get('best_concurrency')} (first seen at search trial "
-                      f"{out['trials_to_best']})")
-        console.print("  " + " ".join(f"{k}={v}" for k, v in best["params"].items()))
+        console.print(f"[bold green]best[/bold green]: trial {best['trial']}, {headline(number)} (first seen at "
+                      f"search trial {out['trials_to_best']})", highlight=False)
+        console.print("  " + " ".join(f"{k}={v}" for k, v in best["params"].items()), highlight=False,
+                      markup=False)
         if best.get("ladder"):
-            console.print(_ladder_table(best["ladder"]))
-        if best.get("argv"):
-            console.print("[bold]launch command[/bold]:", shlex.join(best["argv"]), soft_wrap=True, highlight=False)
+            show_table(_ladder_table(best["ladder"]), keep=("workload", "status"))
+        s = summary(data)["best"] or {}
+        if s.get("command"):
+            console.print("[bold]launch command[/bold] (tunectl best --format command):")
+            print(s["command"])
         if best.get("config_file"):
-            console.print(f"[bold]config file[/bold]: {best['config_file']}")
-    console.print(f"results: {out['results_dir']} (best.json, trials/, study.db); storage {out['storage']}")
+            console.print(f"[bold]config file[/bold]: {escape(best['config_file'])}", highlight=False)
+    console.print(f"results: {escape(out['results_dir'])} (best.json, trials/, study.db); storage "
+                  f"{escape(out['storage'])}", highlight=False)
 
 
 TrialsOpt = Annotated[int | None, typer.Option("--trials", "-n", help="search trials (default: profile)")]
@@ -150,4 +163,4 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     view = Progress(trials or prof.search.trials)
     with view.live:
         out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate).to_dict()
-    show(out)
+    show(out, root)

@@ -19,7 +19,7 @@ import yaml
 from rich.table import Table
 
 from tunectl.cli import app
-from tunectl.commands._common import console, err_console, get_profile, one_line_errors
+from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
 from tunectl.errors import UsageError
 from tunectl.models import TrialResult
 from tunectl.profile import ParamSpec, Profile
@@ -217,7 +217,7 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
     if as_json:
         print(_json_doc(store, result))
     else:
-        console.print(level_table(result), width=None if console.is_terminal else max(console.width, 120))
+        show_table(level_table(result), keep=("workload", "status"))
         print_crash(result)
         console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
                       f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False)
@@ -231,16 +231,26 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
 
 def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: str, root: Path,
          quiet: bool) -> tuple[TrialResult, StudyStore]:
-    from tunectl.study import make_runner
+    from tunectl.runners.checks.readiness import CONFIG_CHECKS
+    from tunectl.study import make_runner, preflight
     from tunectl.trial import TrialContext, run_trial
 
+    runner = make_runner(prof)
+    try:
+        if quiet:
+            preflight(prof, runner, None, CONFIG_CHECKS)
+        else:
+            with console.status("checking the engine, flags and patches on the host"):
+                preflight(prof, runner, None, CONFIG_CHECKS)
+    except BaseException:
+        runner.close()
+        raise
     store = StudyStore(name, root)
     dumped = prof.model_dump(mode="json")
     dumped["server"]["env"] = redact_env(dumped["server"].get("env", {}))
     store.write_study({"kind": "sweep", "profile": dumped, "params": params,
                        "levels": levels or prof.bench.levels, "started_at": time.time()})
     n = len(store.trial_numbers())
-    runner = make_runner(prof)
     ctx = TrialContext(prof, runner, store, levels=levels)
     try:
         if quiet:
