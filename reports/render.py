@@ -26,13 +26,19 @@ from tunectl.reports.tables import crash_map, finalists, trial_rows
 
 
 def flag_diff(data: StudyData) -> list[dict[str, Any]]:
-    """The winner's SGLang flags next to the baseline's and the reference profile's (when known)."""
+    """The winner's SGLang flags, patches ("patch <id>") and environment ("env <NAME>", as reproduce() keeps it)
+    next to the baseline's and the reference profile's (when known)."""
     from tunectl.reports.compare import norm_flag
+    from tunectl.reports.data import reproduce
+
+    def knobs(launch: dict[str, Any]) -> dict[str, Any]:
+        again = reproduce(launch)
+        return {**{norm_flag(f): v for f, v in (launch.get("config") or {}).items()},
+                **{f"patch {p}": True for p in again["patches"]}, **{f"env {k}": v for k, v in again["env"].items()}}
 
     best, base = best_trial(data), baseline_trial(data.trials)
     cols = {"best": best, "baseline": base}
-    flags = {k: {norm_flag(f): v for f, v in (data.launches.get(t.trial, {}).get("config") or {}).items()}
-             for k, t in cols.items() if t is not None}
+    flags = {k: knobs(data.launches.get(t.trial, {})) for k, t in cols.items() if t is not None}
     if data.reference and data.reference.get("flags"):
         flags["reference"] = {norm_flag(f): v for f, v in data.reference["flags"].items()}
     names = sorted({f for d in flags.values() for f in d})

@@ -245,3 +245,14 @@ def test_torn_trial_json_is_skipped(tmp_path):
 def test_cells_show_metrics_with_one_decimal_and_knobs_as_set():
     assert fmt_cell(1522.587) == "1,522.6" and fmt_cell(0.88) == "0.88"
     assert fmt_cell(0.8400000000000001) == "0.84" and fmt_cell(True) == "true" and fmt_cell(64) == "64"
+
+
+def test_the_winners_patch_is_in_the_summary_and_the_differing_flags(data):
+    from tunectl.reports.render import flag_diff
+
+    s = summary(data)["best"]
+    assert s["patches"] == ["flashinfer-cutlass-autotune"]           # the stand-in-free fixture: real SGLang
+    assert s["command"].startswith("# needs the SGLang patches flashinfer-cutlass-autotune")
+    row = next(r for r in flag_diff(data) if r["flag"] == "patch flashinfer-cutlass-autotune")
+    assert row["best"] is True and row["baseline"] is None
+    assert "patches: flashinfer-cutlass-autotune" in render(compute(data))

@@ -85,3 +85,33 @@ def test_best_command_is_the_winners_launch(searched):
     words = shlex.split(res.stdout, comments=True)
     env = [w for w in words if "=" in w.split("/")[0] and not w.startswith("-")]
     assert words[len(env):] == read_json(store.trial_dir(n) / "launch.json")["argv"]
+
+
+def test_one_winner_one_number_in_terminal_best_and_report(searched, monkeypatch, capsys):
+    import io
+    import re
+
+    from rich.console import Console
+
+    from tunectl.commands import _common
+    from tunectl.commands import search as search_cmd
+    from tunectl.reports.data import winner_number
+
+    root, store = searched
+    number = winner_number(load_study(store))
+    assert number["n"] == 3                                  # the search run and its two reruns
+    shown = f"{number['value']:,.1f} output tok/s (mean of 3 runs"
+    term = Console(file=io.StringIO(), width=100, emoji=False)
+    monkeypatch.setattr(search_cmd, "console", term)
+    monkeypatch.setattr(_common, "console", term)
+    search_cmd.show(store.read_best(), root)
+    closing = term.file.getvalue() + capsys.readouterr().out
+    assert shown in closing and f"{number['gain']:.2f}x the baseline" in closing
+    best = CliRunner().invoke(app, ["best", "--study", store.name, "--results", str(root)])
+    assert shown in best.stdout and f"{number['gain']:.2f}x the baseline" in best.stdout
+    r = compute(load_study(store))
+    assert shown in render(r)
+    winner = next(g for g in r["finalists"] if g["search_trial"] == number["trial"])
+    assert winner["mean_output_throughput"] == pytest.approx(number["value"])
+    row = next(line for line in closing.splitlines() if re.match(rf"\W*{number['trial']}\s", line))
+    assert f"{number['value']:,.0f}" in row                  # the terminal's finalists table: the same mean
