@@ -8,6 +8,8 @@ from typing import Any
 import pandas as pd
 from tunectl.reports.data import StudyData, peak_level
 
+from tunectl.store import level_metrics
+
 FORMATS = ("csv", "parquet")
 
 
@@ -26,10 +28,10 @@ def frames(data: StudyData) -> dict[str, pd.DataFrame]:
                       "sglang_version": t.sglang_version,
                       **{f"param.{k}": v for k, v in t.params.items()}})
         for lv in t.levels:
-            lrows.append({"study": data.name, "trial": t.trial, "workload": lv.workload,
+            lrows.append({**level_metrics(lv), "study": data.name, "trial": t.trial, "workload": lv.workload,
                           "concurrency": lv.concurrency, "status": lv.status, "completed": lv.completed,
                           "failed_requests": lv.failed_requests, "duration_s": lv.duration_s,
-                          "client_bound": lv.client_bound, **lv.metrics})
+                          "client_bound": lv.client_bound})
         if t.crash is not None:
             c = t.crash
             crows.append({"study": data.name, "trial": t.trial, "class": c.cls, "signature": c.signature,

@@ -168,6 +168,12 @@ def default_study(root: Path | str = DEFAULT_ROOT) -> str | None:
     return (searches or ran or names or [None])[-1]
 
 
+def level_metrics(lv: LevelResult) -> dict[str, Any]:
+    """A level's SGLang metrics for a table row: SGLang's measured "concurrency" (0.99, 3.95...) becomes
+    `measured_concurrency`, so the row's `concurrency` is the level."""
+    return {("measured_concurrency" if k == "concurrency" else k): v for k, v in lv.metrics.items()}
+
+
 def load_frames(store: StudyStore) -> dict[str, Any]:
     """pandas tables of a study: trials (one row per trial, params flattened) and levels (one row per
     trial x workload x level, SGLang metric names as columns)."""
@@ -185,8 +191,6 @@ def load_frames(store: StudyStore) -> dict[str, Any]:
         row.update({f"param.{k}": v for k, v in t.params.items()})
         trows.append(row)
         for lv in t.levels:
-            # SGLang's metrics hold a measured "concurrency" too: keep it apart from the level's
-            metrics = {("measured_concurrency" if k == "concurrency" else k): v for k, v in lv.metrics.items()}
-            lrows.append({**metrics, "trial": t.trial, "workload": lv.workload, "concurrency": lv.concurrency,
+            lrows.append({**level_metrics(lv), "trial": t.trial, "workload": lv.workload, "concurrency": lv.concurrency,
                           "status": lv.status, "completed": lv.completed, "client_bound": lv.client_bound})
     return {"trials": pd.DataFrame(trows), "levels": pd.DataFrame(lrows)}

@@ -113,6 +113,33 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) 
         runner.signal_group(handle, signal.SIGKILL)
 
 
+def close_interrupted(store: StudyStore, n: int) -> None:
+    """A trial a dead worker left `running` in its trial.json is `interrupted` (its config is run again)."""
+    try:
+        t = store.read_trial(n)
+    except (OSError, ValueError):
+        return
+    if t.status == "running":
+        t.status, t.finished_at = "interrupted", time.time()
+        store.write_trial(t)
+
+
+def resume_info(study: optuna.Study, requeued: list[int], before: int | None, n_trials: int) -> dict[str, Any]:
+    """What this run does with the study it opened: new, resumed (kept/re-queued), extended, or already done."""
+    from tunectl.search.steps import finished
+
+    kept = len(finished(study.get_trials(deepcopy=False)))
+    if not kept and not requeued:
+        mode = "new"
+    elif kept >= n_trials and not requeued:
+        mode = "finished"
+    elif before is not None and n_trials > before:
+        mode = "extending"
+    else:
+        mode = "resuming"
+    return {"mode": mode, "kept": kept, "requeued": requeued, "trials": n_trials, "before": before}
+
+
 def _redacted(prof: Profile) -> dict[str, Any]:
     dumped = prof.model_dump(mode="json")
     dumped["server"]["env"] = redact_env(dumped["server"].get("env", {}))
@@ -157,6 +184,7 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                 study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
                 sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
                 directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
+        before = store.read_study().get("trials")
         store.write_study({"kind": "search", "storage": _redact_url(url), "profile": _redacted(prof),
                            "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
@@ -165,8 +193,10 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                       repairs=repairs_for)
         state = HostState(store.dir / "hosts", key)
         recovered = recover(study, key, state, hooks.cleanup)
-        if recovered and on_event:
-            on_event("recovered", {"trials": recovered})
+        for n in recovered:
+            close_interrupted(store, n)
+        if on_event:
+            on_event("resume", resume_info(study, recovered, before, n_trials))
         if evaluate is None:                     # the host's state, once this study's leftovers are gone
             preflight(prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
         loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)

@@ -158,3 +158,31 @@ def test_an_api_key_in_the_winners_argv_stays_out_of_the_report(tmp_path):
     assert res.exit_code == 0, res.output
     page = (store.dir / "report.html").read_text()
     assert "s3cret" not in page and "--api-key &lt;redacted&gt;" in page
+
+
+def test_export_defaults_to_the_study_folder_and_concurrency_is_the_level(tmp_path, monkeypatch):
+    from tests.reports.fixtures import build_sweep
+
+    root, cwd = tmp_path / "results", tmp_path / "cwd"
+    store = build_sweep(root, name="s")
+    t = store.read_trial(0)
+    for lv in t.levels:
+        lv.metrics["concurrency"] = lv.concurrency * 0.9            # SGLang's measured concurrency
+        store.write_level(0, lv)
+    store.write_trial(t)
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    res = run(root, "export")
+    assert res.exit_code == 0, res.output
+    assert not list(cwd.iterdir())                                    # nothing in the current directory
+    levels = pd.read_csv(root / "s" / "s-levels.csv")
+    assert list(levels["concurrency"]) == [lv.concurrency for lv in t.levels]
+    assert list(levels["measured_concurrency"]) == pytest.approx([lv.concurrency * 0.9 for lv in t.levels])
+
+
+def test_report_open_without_a_browser_says_so(results_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("BROWSER", "")
+    monkeypatch.setattr("webbrowser.open", lambda url, *a, **k: False)
+    res = CliRunner().invoke(app, ["report", "--study", "glm5-search", "--out", str(tmp_path / "r.html"), "--open",
+                                   "--results", str(results_root)])
+    assert res.exit_code == 0 and "no browser found here" in res.output and str(tmp_path / "r.html") in res.output

@@ -44,6 +44,13 @@ class ProcessEngine:
         return res
 
 
+def _print_resume(kind: str, data: dict[str, Any]) -> None:
+    if kind == "resume":
+        from tunectl.commands.search import resume_line
+
+        print(data["mode"], resume_line(data), flush=True)
+
+
 def main(argv: list[str]) -> None:
     root, trials = Path(argv[0]), int(argv[1])
     storage = argv[2] if len(argv) > 2 and argv[2] != "-" else None
@@ -53,7 +60,7 @@ def main(argv: list[str]) -> None:
     runner = LocalRunner()
     engine = ProcessEngine(prof, store, runner, root / "hostwork", level_s=0.05)
     out = run_search(prof, trials=trials, root=root, storage_url=storage, evaluate=engine, runner=runner,
-                     heartbeat_s=1, seed=gpu or 0)
+                     heartbeat_s=1, seed=gpu or 0, on_event=_print_resume)
     print(f"done trials={out.trials} evaluated={out.evaluated}", flush=True)
 
 

@@ -3,6 +3,7 @@ re-queued with the same params, and the server it left behind torn down."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +67,8 @@ def test_kill_9_mid_trial_then_rerun_resumes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
     assert not runner.group_processes(orphan), "the rerun tears down the server the dead harness left"
+    said = re.search(rf"resuming: (\d+) of 8 search trials kept, trial {running} re-queued", done.stdout)
+    assert said and int(said.group(1)) >= len(before), done.stdout
     study = optuna.load_study(study_name=NAME, storage=storage)
     trials = study.trials
     assert {n: trials[n].values for n in before} == before                   # no completed trial lost
@@ -94,3 +97,27 @@ def test_second_worker_on_the_same_host_is_refused(tmp_path: Path) -> None:
     finally:
         if first.poll() is None:
             first.kill()
+
+
+def test_a_rerun_says_what_it_does_and_closes_the_interrupted_trial(tmp_path: Path) -> None:
+    from tests.search.conftest import make_profile
+    from tunectl.models import TrialResult
+    from tunectl.study import close_interrupted, run_search
+    from tunectl.virtual import VirtualEvaluator
+
+    prof = make_profile(search__finalists={"top_k": 1, "reruns": 1})
+    said: list[dict] = []
+
+    def run(trials: int) -> None:
+        run_search(prof, trials=trials, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0,
+                   on_event=lambda kind, d: said.append(d) if kind == "resume" else None)
+
+    run(3)
+    run(3)
+    run(5)
+    assert [(d["mode"], d["kept"]) for d in said] == [("new", 0), ("finished", 3), ("extending", 3)]
+    assert said[2]["before"] == 3
+    store = StudyStore(prof.name, tmp_path)
+    store.write_trial(TrialResult(trial=99, status="running", params={}))
+    close_interrupted(store, 99)
+    assert store.read_trial(99).status == "interrupted"

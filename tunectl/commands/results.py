@@ -90,8 +90,9 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
     page = render(compute(data, log_prefix="" if prefix == "." else prefix + "/"))
     atomic_write(path, page)
     console.print(f"report: {path} ({len(data.trials)} trials, {len(page) // 1024} KiB)")
-    if open_:
-        webbrowser.open(path.resolve().as_uri())
+    if open_ and not webbrowser.open(path.resolve().as_uri()):
+        err_console.print(f"--open: no browser found here; open {path.resolve()} by hand (or copy it to a machine "
+                          "with one: the page works offline)", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -184,7 +185,8 @@ def _cell(v: Any) -> str:
 @one_line_errors
 def export(study: StudyOpt = None,
            format: Annotated[str, typer.Option("--format", "-f", help="csv | parquet")] = "csv",
-           out: Annotated[Path, typer.Option("--out", "-o", help="output folder")] = Path("."),
+           out: Annotated[Path | None, typer.Option("--out", "-o", help="output folder (default: "
+                                                     "results/<study>/)")] = None,
            root: RootOpt = DEFAULT_ROOT) -> None:
     """Tidy tables (trials, levels, crashes) as CSV or Parquet."""
     from tunectl.reports import export as exp
@@ -192,5 +194,6 @@ def export(study: StudyOpt = None,
 
     if format not in exp.FORMATS:
         raise UsageError(f"--format: {format!r}: must be one of {', '.join(exp.FORMATS)}")
-    for p in exp.write(load_study(_store(study, root)), out, format):
+    store = _store(study, root)
+    for p in exp.write(load_study(store), out or store.dir, format):
         console.print(str(p))

@@ -43,6 +43,8 @@ class Progress:
             self.last = f"trial {data['n']}: {data['reason']}" + (
                 f", {data['values'][0]:,.0f} tok/s" if data.get("values") else "")
             console.print(Text(f"  {self.last}", style="red" if not data.get("feasible") else ""))
+        elif kind == "resume" and data["mode"] != "new":
+            console.print(resume_line(data), highlight=False)
         elif kind == "finalists":
             self.level = f"confirming finalists {data['picks']} x{data['reruns']}"
         elif kind == "level" and isinstance(data.get("level"), dict):
@@ -65,6 +67,17 @@ class Progress:
         t.add_row("best", f"{self.best:,.0f} tok/s" if self.best else "-")
         t.add_row("time", f"{elapsed:.0f}s elapsed" + (f", ETA {eta:.0f}s" if eta is not None else ""))
         return t
+
+
+def resume_line(d: dict[str, Any]) -> str:
+    kept, requeued = d["kept"], d["requeued"]
+    again = f", trial {', '.join(map(str, requeued))} re-queued (interrupted)" if requeued else ""
+    if d["mode"] == "finished":
+        return (f"already finished: {kept} of {d['trials']} search trials done; confirming the finalists and "
+                f"naming the winner again (--trials N with N > {kept} extends the study)")
+    if d["mode"] == "extending":
+        return f"extending: {d['before']} -> {d['trials']} search trials, {kept} kept{again}"
+    return f"resuming: {kept} of {d['trials']} search trials kept{again}"
 
 
 def _ladder_table(ladder: list[list[Any]]) -> Table:
@@ -147,6 +160,8 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     from tunectl.study import run_search
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if trials is not None and trials < 1:
+        raise UsageError(f"--trials: {trials}: must be a positive number of search trials (default: the profile's)")
     prof = get_profile(profile)
     evaluate = None
     if virtual:
