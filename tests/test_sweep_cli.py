@@ -140,3 +140,32 @@ def test_unknown_client_is_one_line(env):
     res = sweep(env, "--client", "wrk")
     assert res.returncode == 2 and "--client" in res.stderr and "bench_serving" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_set_takes_sglangs_aliases_once_and_values_off_the_grid():
+    from tunectl.commands.sweep import parse_sets
+    from tunectl.errors import UsageError
+    from tunectl.profile import load_profile
+
+    prof = load_profile(default_profile_path())                       # its base flags spell `tp-size`
+    assert parse_sets(prof, ["tp-size=4"]) == {"tp-size": 4}
+    assert parse_sets(prof, ["tensor-parallel-size=2", "tp-size=4"]) == {"tp-size": 4}   # one flag, last wins
+    assert parse_sets(prof, ["dp-size=2"]) == {"data-parallel-size": 2}
+    # knobs take valid SGLang values that are not on the search grid
+    assert parse_sets(prof, ["max-running-requests=4096", "mem-fraction-static=0.9"]) == {
+        "max-running-requests": 4096, "mem-fraction-static": 0.9}
+    with pytest.raises(UsageError, match="did you mean 'max-running-requests'"):
+        parse_sets(prof, ["max-runing-requests=3"])
+    with pytest.raises(UsageError, match="did you mean 'disable-radix-cache'"):
+        parse_sets(prof, ["disable-radix-cach=true"])
+    with pytest.raises(UsageError, match="must be one of"):
+        parse_sets(prof, ["moe-runner-backend=bogus"])
+
+
+def test_set_aliases_reach_the_argv_once(env):
+    res = sweep(env, "--dry-run", "--set", "tensor-parallel-size=2", "--set", "tp-size=4", timeout=60)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if "tunectl.sim.launch_server --model" in ln)
+    argv = shlex.split(line)
+    assert argv.count("--tp-size") == 1 and "--tensor-parallel-size" not in argv
+    assert argv[argv.index("--tp-size") + 1] == "4"

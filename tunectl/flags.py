@@ -94,9 +94,32 @@ def bundled_flags(version: str) -> dict[str, FlagSpec]:
     return parse_help(path.read_text())
 
 
-def did_you_mean(name: str, known: dict[str, FlagSpec] | list[str] | set[str]) -> str | None:
+def flag_index(flags: dict[str, FlagSpec]) -> dict[str, FlagSpec]:
+    """Every long spelling SGLang accepts, without dashes: `tp-size` and `tensor-parallel-size` -> one FlagSpec."""
+    return {a[2:]: f for f in flags.values() for a in [f"--{f.name}", *f.aliases] if a.startswith("--")}
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions)."""
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def did_you_mean(name: str, known: dict[str, Any] | list[str] | set[str]) -> str | None:
+    """The closest known name: a typo of a letter or two first (fewest edits), else difflib's best match."""
     bare = name.lstrip("-").replace("_", "-")
-    match = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.6)
+    names = list(known)
+    if not names:
+        return None
+    best = min(names, key=lambda k: (_distance(bare, k), -difflib.SequenceMatcher(None, bare, k).ratio()))
+    if _distance(bare, best) <= max(1, len(bare) // 6):
+        return best
+    match = difflib.get_close_matches(bare, names, n=1, cutoff=0.6)
     return match[0] if match else None
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tunectl.errors import RunnerError
-from tunectl.flags import FlagSpec, did_you_mean, parse_help
+from tunectl.flags import FlagSpec, did_you_mean, flag_index, parse_help
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import Runner
 
@@ -73,7 +73,7 @@ def _value_problem(flag: FlagSpec, values: list[Any]) -> str | None:
 def problems(prof: Profile, flags: dict[str, FlagSpec], where: str) -> list[str]:
     """One line per bad flag or value: file, field, value, what is valid."""
     out = []
-    index = {a[2:]: f for f in flags.values() for a in [f"--{f.name}", *f.aliases] if a.startswith("--")}
+    index = flag_index(flags)
     for field, raw, values in used_flags(prof):
         name = raw.lstrip("-").replace("_", "-")
         flag = index.get(name)

@@ -24,9 +24,10 @@ def _profile(tmp_path: Path, **flags: object) -> Profile:
 
 def test_a_misspelt_flag_stops_the_study_before_any_launch(tmp_path: Path) -> None:
     prof = _profile(tmp_path, **{"mem-fraction-statik": 0.8})
-    with pytest.raises(ChecksFailed, match="mem-fraction-statik.*did you mean --mem-fraction-static"):
+    with pytest.raises(ChecksFailed, match="mem-fraction-statik.*did you mean --mem-fraction-static") as e:
         run_search(prof, trials=2, root=tmp_path / "results", runner=LocalRunner())
-    assert not (tmp_path / "results" / prof.name / "trials").exists()      # nothing was launched
+    assert e.value.exit_code == 2                                           # the profile's mistake
+    assert not (tmp_path / "results" / prof.name).exists()                 # no study, nothing launched
 
 
 def test_a_clean_profile_passes(tmp_path: Path) -> None:
@@ -41,3 +42,13 @@ def test_study_json_has_no_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     text = (tmp_path / prof.name / "study.json").read_text()
     assert "s3cret-value" not in text
     assert json.loads(text)["profile"]["server"]["env"] == {"SGLANG_API_KEY": "<redacted>", "OTHER": "x"}
+
+
+@pytest.mark.parametrize("trials", ["0", "-3"])
+def test_trials_must_be_positive(trials: str) -> None:
+    from typer.testing import CliRunner
+
+    from tunectl.cli import app
+
+    res = CliRunner().invoke(app, ["search", "--trials", trials, "--json"])
+    assert res.exit_code == 2 and f"--trials: {trials}: must be a positive number" in res.output

@@ -48,13 +48,15 @@ def _bool(name: str, raw: str) -> bool:
     raise UsageError(f"--set {name}: {raw!r}: expected a boolean (true or false)")
 
 
-def _knob_value(name: str, spec: ParamSpec, raw: str) -> Any:
+def _knob_value(prof: Profile, name: str, spec: ParamSpec, raw: str) -> Any:
     if spec.type == "bool":
         return _bool(name, raw)
     if spec.choices is not None:
         for choice in spec.choices:
             if str(choice).lower() == raw.lower():
                 return choice
+        if spec.patch is None and spec.env is None:     # off the search grid, but maybe a valid SGLang value
+            return _flag_value(prof, spec.flag or name, raw)[1]
         raise UsageError(f"--set {name}: {raw!r}: must be one of {', '.join(map(str, spec.choices))}")
     kind = int if spec.type == "int" else float
     try:
@@ -63,30 +65,34 @@ def _knob_value(name: str, spec: ParamSpec, raw: str) -> Any:
         raise UsageError(f"--set {name}: {raw!r}: expected {'an integer' if kind is int else 'a number'}")
 
 
-def _flag_value(prof: Profile, name: str, raw: str) -> Any:
-    from tunectl.flags import bundled_flags, did_you_mean
+def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
+    """(the flag's key in the config, the typed value): SGLang's aliases (tp-size, tensor-parallel-size) are one
+    flag, spelled as the profile's base flags spell it, else as SGLang lists it first."""
+    from tunectl.flags import bundled_flags, did_you_mean, flag_index
 
     version = prof.server.sglang_version
     try:
-        flags = bundled_flags(version)
+        index = flag_index(bundled_flags(version))
     except FileNotFoundError as e:
         raise UsageError(f"--set {name}: {e}")
-    spec = flags.get(name)
+    spec = index.get(name.replace("_", "-"))
     if spec is None:
-        hint = did_you_mean(name, flags)
+        hint = did_you_mean(name, [*prof.search.space, *index])
         knobs = ", ".join(prof.search.space) or "none"
         raise UsageError(f"--set {name}: not a search knob ({knobs}) nor an SGLang {version} flag"
                          + (f"; did you mean {hint!r}?" if hint else ""))
+    key = next((k for k in prof.server.flags if index.get(k.replace("_", "-")) is spec), spec.name)
     if not spec.takes_value:
-        return _bool(name, raw)
+        return key, _bool(name, raw)
     if spec.choices and raw not in spec.choices:
         raise UsageError(f"--set {name}: {raw!r}: must be one of {', '.join(spec.choices)}")
     value = yaml.safe_load(raw) if raw else raw
-    return value if isinstance(value, (int, float, str, bool)) else raw
+    return key, value if isinstance(value, (int, float, str, bool)) else raw
 
 
 def parse_sets(prof: Profile, sets: list[str]) -> dict[str, Any]:
-    """`["NAME=VALUE", ...]` -> trial params, each value checked and typed."""
+    """`["NAME=VALUE", ...]` -> trial params, each value checked and typed; one entry per flag whatever alias
+    names it (the last --set wins)."""
     params: dict[str, Any] = {}
     for item in sets:
         name, sep, raw = item.partition("=")
@@ -94,7 +100,11 @@ def parse_sets(prof: Profile, sets: list[str]) -> dict[str, Any]:
         if not sep or not name:
             raise UsageError(f"--set {item!r}: expected NAME=VALUE, e.g. --set max-running-requests=2048")
         spec = prof.search.space.get(name)
-        params[name] = _knob_value(name, spec, raw.strip()) if spec else _flag_value(prof, name, raw.strip())
+        if spec is not None:
+            params[name] = _knob_value(prof, name, spec, raw.strip())
+        else:
+            key, value = _flag_value(prof, name, raw.strip())
+            params[key] = value
     return params
 
 
