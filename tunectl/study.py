@@ -30,6 +30,7 @@ from tunectl.search.study import (
     open_storage,
     recover,
 )
+from tunectl.storage import redact_url, storage_errors, storage_url_for
 from tunectl.store import DEFAULT_ROOT, StudyStore, read_json, redact_env
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -172,20 +173,21 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
         runner = make_runner(prof)
     if evaluate is None:                         # the profile's own mistakes: before a study exists
         preflight(prof, runner, on_event, CONFIG_CHECKS)
-    url = storage_url or default_storage_url(store.dir)
+    url = storage_url_for(storage_url) if storage_url else default_storage_url(store.dir)
     seed = prof.search.seed if seed is None else seed
     n_trials = trials or prof.search.trials
     key = host_key(prof, runner.name if runner is not None else "virtual")
     lock_dir = store.dir / "locks"
-    host_lock = claim_host(url, lock_dir, name, key)
+    with storage_errors(url):
+        host_lock = claim_host(url, lock_dir, name, key)
     try:
-        with WorkerLock(url, lock_dir, name, "setup"):   # workers starting together: one creates the schema
+        with storage_errors(url), WorkerLock(url, lock_dir, name, "setup"):   # one worker creates the schema
             study = optuna.create_study(
                 study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
                 sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
                 directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
         before = store.read_study().get("trials")
-        store.write_study({"kind": "search", "storage": _redact_url(url), "profile": _redacted(prof),
+        store.write_study({"kind": "search", "storage": redact_url(url), "profile": _redacted(prof),
                            "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
                       cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
@@ -208,15 +210,6 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
         return outcome
     finally:
         host_lock.release()
-
-
-def _redact_url(url: str) -> str:
-    """postgresql://user:secret@host/db -> postgresql://user:***@host/db"""
-    head, sep, tail = url.partition("://")
-    if "@" not in tail or ":" not in tail.split("@", 1)[0]:
-        return url
-    cred, rest = tail.split("@", 1)
-    return f"{head}{sep}{cred.split(':', 1)[0]}:***@{rest}"
 
 
 def _launch_of(store: StudyStore, n: int) -> dict[str, Any]:
@@ -250,7 +243,7 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
     order = sorted(search, key=lambda t: t.number)
     to_best = next((i + 1 for i, t in enumerate(order) if best and t.params == best["params"]), None)
     return SearchOutcome(
-        study=study.study_name, storage=_redact_url(url), results_dir=str(store.dir), wall_s=round(wall_s, 2),
+        study=study.study_name, storage=redact_url(url), results_dir=str(store.dir), wall_s=round(wall_s, 2),
         trials=len(search), evaluated=loop.stats.evaluated,
         crashed=sum(t.user_attrs.get("crash_class") is not None for t in search),
         pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in search),

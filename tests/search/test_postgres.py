@@ -81,3 +81,13 @@ def test_two_workers_share_one_study_without_duplicates(postgres: str, tmp_path:
         spans = sorted((t.datetime_start, t.datetime_complete) for t in trials
                        if t.system_attrs.get("tunectl:host") == host and t.datetime_complete)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
+@pytest.mark.postgres
+def test_the_readmes_postgresql_url_works_as_written(postgres: str, tmp_path: Path) -> None:
+    url = postgres.replace("postgresql+psycopg2://", "postgresql://")       # no driver named, as the README writes it
+    res = subprocess.run([sys.executable, "-m", "tunectl", "search", "--virtual", "--trials", "2", "--json",
+                          "--study", "readme-url", "--storage", url, "--results", str(tmp_path)],
+                         capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert optuna.load_study(study_name="readme-url", storage=postgres).trials

@@ -27,3 +27,23 @@ def test_stale_heartbeat_fails_the_trial_and_requeues_its_params(tmp_path: Path)
     assert retry.user_attrs["role"] == "search"
     nxt = study.ask()                         # the next ask takes the queued retry, same params
     assert nxt.suggest_int("max-running-requests", 64, 2048, log=True) == first.params["max-running-requests"]
+
+
+def test_bad_storage_urls_are_one_line(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]                       # nothing listens here once the socket is closed
+    cases = {f"postgresql://u:pw@127.0.0.1:{closed}/db": (1, "cannot connect"), "notaurl": (2, "not a database URL"),
+             "bogus://x": (2, "cannot open this kind of database"),
+             f"sqlite:///{tmp_path}/no/such/dir/x.db": (1, "cannot connect")}
+    for url, (code, said) in cases.items():
+        res = subprocess.run([sys.executable, "-m", "tunectl", "search", "--virtual", "--trials", "2", "--study", "s",
+                              "--storage", url, "--results", str(tmp_path / "r")], capture_output=True, text=True,
+                             timeout=120, check=False)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == code and len(lines) == 1 and said in lines[0], (url, res.stderr)
+        assert "pw" not in res.stderr                     # the password never printed
