@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 
 from tunectl.crashes.classifier import repairs_for
+from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS
@@ -114,6 +115,25 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) 
         runner.signal_group(handle, signal.SIGKILL)
 
 
+def check_same_space(study: optuna.Study, prof: Profile) -> None:
+    """A study resumed with an edited search space: one line naming the knob (Optuna would stop mid-trial)."""
+    from optuna.distributions import check_distribution_compatibility
+
+    from tunectl.search.space import distribution
+
+    now = {name: distribution(spec) for name, spec in prof.search.space.items()}
+    for t in study.get_trials(deepcopy=False):
+        for name, old in t.distributions.items():
+            if name not in now:
+                continue
+            try:
+                check_distribution_compatibility(old, now[name])
+            except ValueError:
+                raise UsageError(f"{prof.source or prof.name}: search.space.{name}: changed since study "
+                                 f"{study.study_name!r} began (was {old}, now {now[name]}); give this space a new "
+                                 "--study NAME, or restore the knob to resume") from None
+
+
 def close_interrupted(store: StudyStore, n: int) -> None:
     """A trial a dead worker left `running` in its trial.json is `interrupted` (its config is run again)."""
     try:
@@ -186,6 +206,7 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                 study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
                 sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
                 directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
+        check_same_space(study, prof)
         before = store.read_study().get("trials")
         store.write_study({"kind": "search", "storage": redact_url(url), "profile": _redacted(prof),
                            "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})

@@ -121,3 +121,21 @@ def test_a_rerun_says_what_it_does_and_closes_the_interrupted_trial(tmp_path: Pa
     store.write_trial(TrialResult(trial=99, status="running", params={}))
     close_interrupted(store, 99)
     assert store.read_trial(99).status == "interrupted"
+
+
+def test_a_rerun_with_an_edited_space_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
+    from tests.search.conftest import SPACE, make_profile
+    from tunectl.errors import UsageError
+    from tunectl.study import run_search
+    from tunectl.virtual import VirtualEvaluator
+
+    prof = make_profile(search__finalists={"top_k": 1, "reruns": 1})
+    run_search(prof, trials=3, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    edited = make_profile(search__finalists={"top_k": 1, "reruns": 1},
+                          search__space={**SPACE, "moe-runner-backend": {"type": "categorical",
+                                                                         "choices": ["triton", "cutlass"]}})
+    with pytest.raises(UsageError, match="search.space.moe-runner-backend: changed since study"):
+        run_search(edited, trials=5, root=tmp_path, evaluate=VirtualEvaluator(edited), seed=0)
+    storage = f"sqlite:///{tmp_path / prof.name / 'study.db'}"
+    states = {t.state for t in optuna.load_study(study_name=prof.name, storage=storage).trials}
+    assert TrialState.RUNNING not in states and TrialState.WAITING not in states
