@@ -169,3 +169,31 @@ def test_set_aliases_reach_the_argv_once(env):
     argv = shlex.split(line)
     assert argv.count("--tp-size") == 1 and "--tensor-parallel-size" not in argv
     assert argv[argv.index("--tp-size") + 1] == "4"
+
+
+def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
+    import os
+    import signal
+    import time
+
+    from tunectl.runners.local import LocalRunner
+    from tunectl.runners._base import ProcHandle
+
+    cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(env["profile"]), "--results", str(env["results"]),
+           "-c", "256,512", "--study", "ctrl-c"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    levels = env["results"] / "ctrl-c" / "trials" / "0" / "levels"
+    deadline = time.monotonic() + 180
+    while not (levels.is_dir() and any(levels.glob("*-c256.json"))):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)                                         # in the middle of c=512, the client's workers busy
+    os.killpg(proc.pid, signal.SIGINT)                      # what Ctrl-C at a terminal does: the whole group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "interrupted" in err
+    launch = json.loads((levels.parent / "launch.json").read_text())
+    handle = ProcHandle.for_dir(launch["run_id"], launch["trial_dir"])
+    handle.pgid = int(Path(handle.pgid_path).read_text())
+    assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import queue
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ ABORT_GRACE_S = 0.5         # after an abort, workers that have not answered by 
 
 def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt], conc: int, barrier: Any, stop: Any,
             counters: Any, results: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
     base_url, backend, model, timeout_s = args
     view = _Slot(counters, idx)
     try:
