@@ -76,3 +76,22 @@ class VirtualEvaluator:
                 break
         res.wall_s = lad.startup_s + sum(lv.duration_s for lv in res.levels)
         return res
+
+
+def recorded(evaluate: Callable[..., TrialResult], prof: Profile, store: Any) -> Callable[..., TrialResult]:
+    """`evaluate` with each trial written as the trial engine writes a real one (launch.json, config.yaml,
+    levels/, trial.json), so `tunectl best`, `trials`, `report` and `export` read a virtual study too."""
+    from tunectl.runners import server as plan_mod
+
+    def run(n: int, params: dict[str, Any], role: str,
+            should_prune: Callable[[LevelResult], bool] | None = None) -> TrialResult:
+        plan = plan_mod.build_plan(prof, params, f"virtual-t{n}", f"{prof.host.workdir}/virtual-t{n}")
+        store.write_launch(n, plan, plan_mod.config_yaml(plan))
+        res = evaluate(n, params, role, should_prune)
+        res.launch = plan
+        for lv in res.levels:
+            store.write_level(n, lv)
+        store.write_trial(res)
+        return res
+
+    return run

@@ -101,3 +101,19 @@ def test_kill_9_mid_trial_on_the_stand_in_then_resume(tmp_path: Path) -> None:
     for t in trials:
         if (store.trial_dir(t.number) / "launch.json").exists():
             assert not runner.group_processes(server_of(store, t.number))
+
+
+def test_a_virtual_study_is_visible_to_best_trials_and_report(tmp_path: Path) -> None:
+    def tunectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tunectl", *args, "--results", str(tmp_path)],
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    done = tunectl("search", "--virtual", "--trials", "4", "--study", "virt", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    winner = json.loads(done.stdout)["best"]["trial"]
+    best = tunectl("best")
+    assert best.returncode == 0 and best.stdout.startswith(f"# virt: trial {winner}, "), best.stderr
+    trials = tunectl("trials")
+    assert trials.returncode == 0 and "virt: " in trials.stdout and "baseline" in trials.stdout
+    report = tunectl("report")
+    assert report.returncode == 0 and (tmp_path / "virt" / "report.html").is_file(), report.stderr

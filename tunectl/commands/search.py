@@ -168,9 +168,11 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         if prof.server.engine != "sim":
             raise UsageError(f"--virtual: profile {prof.source}: server.engine is {prof.server.engine!r}; "
                              "the virtual model needs 'sim'")
-        from tunectl.virtual import VirtualEvaluator
+        from tunectl.store import StudyStore
+        from tunectl.virtual import VirtualEvaluator, recorded
 
-        evaluate = VirtualEvaluator(prof, prof.search.seed if seed is None else seed)
+        evaluate = recorded(VirtualEvaluator(prof, prof.search.seed if seed is None else seed), prof,
+                            StudyStore(study or prof.name, root))
     if as_json:
         out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate).to_dict()
         print(json.dumps(out, indent=2, default=str))
