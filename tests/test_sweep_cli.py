@@ -194,6 +194,14 @@ def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "interrupted" in err
     launch = json.loads((levels.parent / "launch.json").read_text())
-    handle = ProcHandle.for_dir(launch["run_id"], launch["trial_dir"])
-    handle.pgid = int(Path(handle.pgid_path).read_text())
+    handle = ProcHandle.for_dir(launch["run_id"], launch["trial_dir"])   # found by its run id
     assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down
+
+
+def test_the_hosts_trial_directory_is_removed_after_a_clean_teardown(env):
+    res = sweep(env, "-c", "1", "--study", "clean", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["teardown"]["verdict"] == "clean"
+    assert not Path(doc["launch"]["trial_dir"]).exists()             # nothing left under host.workdir
+    assert "ready to roll" in (Path(doc["results_dir"]) / "server.log").read_text()   # the log was kept

@@ -20,6 +20,7 @@ always runs once the server was started.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,6 +97,9 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
                 "hang", "startup_timeout"):
             result.crash.exit_code = result.teardown.get("exit_code")
         store.write_log(result.trial, srv.tail())
+        if result.teardown.get("verdict") == "clean":      # its log is in results/: the host keeps nothing
+            with contextlib.suppress(ValueError, TunectlError):
+                runner.remove_tree(plan.trial_dir)
 
 
 def _patcher(ctx: TrialContext) -> Any:
