@@ -314,7 +314,7 @@ def profile_error(file: str, exc: ValidationError, data: Any, root: yaml.Node | 
     inner = re.match(r"([\w.-]+(?:\[\d+\])?(?:\.[\w-]+)*): (.*)", problem, re.S)
     if inner and inner.group(1).startswith(f"{field}."):     # a section's check names the exact field: point there
         loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", inner.group(1)) if p)
-        field, problem, value = inner.group(1), inner.group(2), _value_at(data, loc)
+        field, problem, value = inner.group(1), inner.group(2), None      # the check's message says the value
     if err["type"] == "extra_forbidden":
         parent = _value_at(data, loc[:-1])
         model = _model_at(loc[:-1])
