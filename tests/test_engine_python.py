@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_sweep_cli import free_port
+from tests.helpers.ports import free_port
 from tunectl.profile import Profile, default_profile_path
 
 pytestmark = pytest.mark.slow

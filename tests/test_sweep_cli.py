@@ -176,8 +176,8 @@ def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     import signal
     import time
 
-    from tunectl.runners.local import LocalRunner
-    from tunectl.runners._base import ProcHandle
+    from tunectl.runners.hosts.local import LocalRunner
+    from tunectl.runners.hosts.base import ProcHandle
 
     cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(env["profile"]), "--results", str(env["results"]),
            "-c", "256,512", "--study", "ctrl-c"]

@@ -81,7 +81,7 @@ class VirtualEvaluator:
 def recorded(evaluate: Callable[..., TrialResult], prof: Profile, store: Any) -> Callable[..., TrialResult]:
     """`evaluate` with each trial written as the trial engine writes a real one (launch.json, config.yaml,
     levels/, trial.json), so `tunectl best`, `trials`, `report` and `export` read a virtual study too."""
-    from tunectl.runners import server as plan_mod
+    from tunectl.runners.server import plan as plan_mod
 
     def run(n: int, params: dict[str, Any], role: str,
             should_prune: Callable[[LevelResult], bool] | None = None) -> TrialResult:
