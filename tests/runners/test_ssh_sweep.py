@@ -101,8 +101,9 @@ def test_link_cut_mid_ladder_loses_nothing(tmp_path, ssh_home, sshd, make_ssh_ru
     h = ProcHandle.for_dir(launch["run_id"], launch["trial_dir"])
     fresh = make_ssh_runner()
     assert wait_for(lambda: fresh.group_processes(h) == [], timeout=20)   # torn down, nothing left running
-    assert fresh.read_file(h.exit_code_path).strip()                      # the wrapper saw the end
+    assert result.teardown["exit_code"] is not None                        # the wrapper saw the end
     assert result.teardown["verdict"] == "clean"
+    assert not fresh.exists(launch["trial_dir"])                           # the host keeps nothing after
 
 
 def test_link_cut_mid_ladder_is_an_infra_fault(tmp_path, ssh_home, sshd, make_ssh_runner):

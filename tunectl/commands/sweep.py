@@ -55,14 +55,33 @@ def _knob_value(prof: Profile, name: str, spec: ParamSpec, raw: str) -> Any:
         for choice in spec.choices:
             if str(choice).lower() == raw.lower():
                 return choice
-        if spec.patch is None and spec.env is None:     # off the search grid, but maybe a valid SGLang value
-            return _flag_value(prof, spec.flag or name, raw)[1]
-        raise UsageError(f"--set {name}: {raw!r}: must be one of {', '.join(map(str, spec.choices))}")
+        value = _off_grid(prof, name, spec, raw)
+        if value is not None:
+            return value
+        raise UsageError(f"--set {name}: {raw!r}: must be one of {', '.join(map(str, spec.choices))}"
+                         + ("" if spec.patch or spec.env else " (the search grid) or another value SGLang takes"))
     kind = int if spec.type == "int" else float
     try:
         return kind(raw)
     except ValueError:
         raise UsageError(f"--set {name}: {raw!r}: expected {'an integer' if kind is int else 'a number'}")
+
+
+def _off_grid(prof: Profile, name: str, spec: ParamSpec, raw: str) -> Any:
+    """A flag knob's value that is not on its search grid but SGLang takes (a number where the grid has numbers,
+    one of SGLang's own choices where it has words); None when it is not."""
+    if spec.patch is not None or spec.env is not None:
+        return None
+    if all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in spec.choices or []):
+        kind = int if all(isinstance(c, int) for c in spec.choices or []) else float
+        try:
+            raw = str(kind(raw))
+        except ValueError:
+            return None
+    try:
+        return _flag_value(prof, spec.flag or name, raw)[1]
+    except UsageError:
+        return None
 
 
 def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
