@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tunectl import knobs
 from tunectl.models import LOWER, RAISE
 from tunectl.profile import ParamSpec, SearchSpec
 from tunectl.search.space import grid_space, is_active, knob_order
@@ -22,13 +23,10 @@ RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, e
 
 def drives(name: str, spec: ParamSpec, target: str) -> bool:
     """Does knob `name` set the repair's target (flag, env variable or patch)?"""
-    if target.startswith("patch:"):
-        return spec.patch is not None and spec.patch == target[len("patch:"):]
-    if spec.patch is not None:
-        return False
-    if spec.env is not None:
-        return spec.env == target
-    return (spec.flag or name).lstrip("-").replace("_", "-") == target.replace("_", "-")
+    own = knobs.target(name, spec)
+    if own.kind == "flag":
+        return own.key.replace("_", "-") == target.replace("_", "-")
+    return own.key == target
 
 
 def _allowed(spec: ParamSpec, values: list[Any], value: Any) -> bool:

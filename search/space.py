@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from tunectl import knobs
 from tunectl.profile import ParamSpec, Profile, SearchSpec
 
 
@@ -79,24 +80,27 @@ def _suggest_one(trial: optuna.trial.BaseTrial, name: str, dist: BaseDistributio
 def _base_value(name: str, spec: ParamSpec, prof: Profile) -> Any:
     if spec.default is not None:
         return spec.default
-    if spec.patch is not None:
-        return spec.patch in prof.server.patches
-    if spec.env is not None:
-        raw = prof.server.env.get(spec.env)
+    t = knobs.target(name, spec)
+    if t.kind == "patch":
+        return t.name in prof.server.patches
+    if t.kind == "env":
+        raw = prof.server.env.get(t.name)
         return None if raw is None else _coerce(spec, raw)
-    flag = spec.flag or name
-    for key in (flag, flag.replace("-", "_"), flag.replace("_", "-")):
-        if key in prof.server.flags:
-            return _coerce(spec, prof.server.flags[key])
+    flags = {k.lstrip("-"): v for k, v in prof.server.flags.items()}
+    for key in (t.name, t.name.replace("-", "_"), t.name.replace("_", "-")):
+        if key in flags:
+            return _coerce(spec, flags[key])
     return False if spec.type == "bool" else None
 
 
 def _coerce(spec: ParamSpec, raw: Any) -> Any:
     if spec.type == "bool" and isinstance(raw, str):
         return raw.strip().lower() in ("1", "true", "yes", "on")
-    if spec.type == "int" and spec.choices is None:
+    if spec.choices is not None:       # an env value is text: the choice it spells
+        return next((c for c in spec.choices if str(c) == str(raw)), raw)
+    if spec.type == "int":
         return int(raw)
-    if spec.type == "float" and spec.choices is None:
+    if spec.type == "float":
         return float(raw)
     return raw
 

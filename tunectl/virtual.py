@@ -9,27 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tunectl import knobs
 from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile
-
-
-def plan_inputs(prof: Profile, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """(flags, env, patches) a trial runs with: the base, then each knob on its target."""
-    flags, env, patches = dict(prof.server.flags), dict(prof.server.env), list(prof.server.patches)
-    for name, value in params.items():
-        spec = prof.search.space.get(name)
-        if spec is None:
-            continue
-        if spec.patch is not None:
-            if value and spec.patch not in patches:
-                patches.append(spec.patch)
-            elif not value and spec.patch in patches:
-                patches.remove(spec.patch)
-        elif spec.env is not None:
-            env[spec.env] = str(value)
-        else:
-            flags[spec.flag or name] = value
-    return flags, env, patches
 
 
 class VirtualEvaluator:
@@ -45,7 +27,7 @@ class VirtualEvaluator:
         from tunectl.sim.model import virtual_ladder
 
         self.calls += 1
-        flags, env, patches = plan_inputs(self.prof, params)
+        flags, env, patches = knobs.merge(self.prof, params)
         wl = self.prof.bench.workloads[0]
         lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels, workload_kind=wl.kind,
                              input_len=wl.input_len, output_len=wl.output_len, seed=self.seed * 100003 + n,

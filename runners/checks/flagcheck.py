@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tunectl import knobs
 from tunectl.errors import RunnerError
 from tunectl.flags import FlagSpec, did_you_mean, flag_index, parse_help
 from tunectl.profile import Profile
@@ -53,9 +54,10 @@ def used_flags(prof: Profile) -> list[tuple[str, str, Any]]:
     """(profile field, SGLang flag name, values to check) for base flags and flag knobs of the search space."""
     out: list[tuple[str, str, Any]] = [(f"server.flags.{k}", k, [v]) for k, v in prof.server.flags.items()]
     for name, spec in prof.search.space.items():
-        if spec.patch is None and spec.env is None:
+        t = knobs.target(name, spec)
+        if t.kind == "flag":
             values = spec.choices if spec.type == "categorical" else [True] if spec.type == "bool" else []
-            out.append((f"search.space.{name}", spec.flag or name, values))
+            out.append((f"search.space.{name}", t.name, values))
     return out
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tunectl import knobs
 from tunectl.errors import HostKeyError, InfraError, TunectlError
 from tunectl.profile import Profile
 from tunectl.runners.checks import flagcheck, hostcheck
@@ -43,7 +44,8 @@ class ChecksFailed(TunectlError):
 
 
 def patch_ids(prof: Profile) -> list[str]:
-    return list(dict.fromkeys(prof.server.patches + [s.patch for s in prof.search.space.values() if s.patch]))
+    knob_patches = [t.name for n, s in prof.search.space.items() if (t := knobs.target(n, s)).kind == "patch"]
+    return list(dict.fromkeys(prof.server.patches + knob_patches))
 
 
 class _Ctx:

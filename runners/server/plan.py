@@ -4,8 +4,7 @@ User values never become shell text: they go into the config YAML (SGLang reads 
 0600 env file; `argv` is the full command-line equivalent (a list, for people reproducing a launch by hand) and
 `exec_argv` is what actually runs: `<python> -m <module> --config <trial_dir>/config.yaml [--sim-* ...]`.
 
-Knob targets (ParamSpec): `flag` (default: the knob's own name), `patch` (bool: the bundled patch is applied
-or not) or `env` (the value as an environment variable). Params that are not knobs are SGLang flag names.
+Which params are flags, env variables or patches: `tunectl.knobs` (the same mapping the virtual trial uses).
 """
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tunectl import knobs
 from tunectl.flags import bundled_flags, config_to_argv
 from tunectl.models import LaunchPlan
 from tunectl.profile import Profile
@@ -30,29 +30,6 @@ def _store_true_flags(version: str) -> set[str]:
         return {name for name, spec in bundled_flags(version).items() if not spec.takes_value}
     except FileNotFoundError:
         return set()
-
-
-def split_params(prof: Profile, params: dict[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
-    """(flags, patch ids, env vars) driven by the trial params."""
-    flags: dict[str, Any] = {}
-    patches: list[str] = []
-    env: dict[str, str] = {}
-    for name, value in params.items():
-        if value is None:
-            continue
-        spec = prof.search.space.get(name)
-        if spec is not None and spec.patch is not None:
-            if value:
-                patches.append(spec.patch)
-        elif spec is not None and spec.env is not None:
-            env[spec.env] = _env_value(value)
-        else:
-            flags[(spec.flag if spec is not None and spec.flag else name).lstrip("-")] = value
-    return flags, patches, env
-
-
-def _env_value(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def server_config(prof: Profile, flags: dict[str, Any]) -> dict[str, Any]:
@@ -99,16 +76,16 @@ def server_env(prof: Profile, run_id: str, trial_dir: str, patches: list[str], k
 
 
 def build_plan(prof: Profile, params: dict[str, Any], run_id: str, trial_dir: str) -> LaunchPlan:
-    flags, knob_patches, knob_env = split_params(prof, params)
-    patches = list(dict.fromkeys([*prof.server.patches, *knob_patches]))
-    config = server_config(prof, flags)
+    part = knobs.split(prof, params)
+    patches = knobs.patches(prof, part)
+    config = server_config(prof, part.flags)
     module = SIM_MODULE if prof.server.engine == "sim" else SGLANG_MODULE
     head = [prof.server.python, "-m", module]
     switches = _store_true_flags(prof.server.sglang_version)
     argv = [*head, *flag_args(config, switches), *sim_args(prof)]
     on_cli = {k: config.pop(k) for k in prof.server.argv_flags if k in config}
     exec_argv = [*head, "--config", f"{trial_dir}/config.yaml", *flag_args(on_cli, switches), *sim_args(prof)]
-    return LaunchPlan(argv=argv, config=config, env=server_env(prof, run_id, trial_dir, patches, knob_env),
+    return LaunchPlan(argv=argv, config=config, env=server_env(prof, run_id, trial_dir, patches, part.env),
                       exec_argv=exec_argv, patches=patches, port=int(config.get("port", prof.server.port)),
                       host=str(config.get("host", prof.server.host)), run_id=run_id, trial_dir=trial_dir,
                       params=dict(params))

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tunectl.reports.data import load_study
-from tunectl.reports.render import compute, render
 from typer.testing import CliRunner
 
+from tunectl import knobs
 from tunectl.cli import app
 from tunectl.models import LaunchPlan, TrialResult
 from tunectl.profile import Profile
+from tunectl.reports.data import load_study
+from tunectl.reports.render import compute, render
 from tunectl.store import StudyStore, read_json
 
 run_search = pytest.importorskip("tunectl.study").run_search
@@ -38,7 +39,7 @@ def _engine(prof: Profile, store: StudyStore):
     evaluate = virtual.VirtualEvaluator(prof)
 
     def run(n: int, params: dict, role: str, should_prune=None) -> TrialResult:
-        flags, env, patches = virtual.plan_inputs(prof, params)
+        flags, env, patches = knobs.merge(prof, params)
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", prof.model.path]
         for k, v in flags.items():
             argv += [f"--{k}"] if v is True else [] if v is False else [f"--{k}", str(v)]

@@ -1,0 +1,77 @@
+"""Where a trial's params go: the one mapping from a knob to its target (SGLang flag, environment variable or
+bundled patch), used by the live launch plan, the virtual trial, the search space, the repairs and the checks.
+
+- `target(name, spec)`: a knob's `KnobTarget`. A param that is not a knob of the space is an SGLang flag of its name.
+  Flag names lose leading dashes (`--tp-size` and `tp-size` are one flag).
+- `split(prof, params)`: the trial's own part: flags, env, patches switched on and off. A None value sets nothing.
+- `merge(prof, params)`: the base (server.flags, server.env, server.patches) with the trial's part on top: a bool
+  patch knob set to false removes the patch even when the base names it.
+- `env_value(value)`: how a value is written to the environment (bools as `true`/`false`, SGLang's spelling).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tunectl.profile import ParamSpec, Profile
+
+PATCH_PREFIX = "patch:"
+
+
+@dataclass(frozen=True)
+class KnobTarget:
+    kind: Literal["flag", "env", "patch"]
+    name: str                       # flag name without dashes, environment variable, or patch id
+
+    @property
+    def key(self) -> str:
+        """The crash catalog's spelling of the target: `patch:<id>`, an env name, or a flag name."""
+        return PATCH_PREFIX + self.name if self.kind == "patch" else self.name
+
+
+def target(name: str, spec: ParamSpec | None) -> KnobTarget:
+    if spec is not None and spec.patch is not None:
+        return KnobTarget("patch", spec.patch)
+    if spec is not None and spec.env is not None:
+        return KnobTarget("env", spec.env)
+    return KnobTarget("flag", ((spec.flag if spec is not None else None) or name).lstrip("-"))
+
+
+def env_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass
+class Split:
+    flags: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    patches_on: list[str] = field(default_factory=list)
+    patches_off: list[str] = field(default_factory=list)
+
+
+def split(prof: Profile, params: dict[str, Any]) -> Split:
+    out = Split()
+    for name, value in params.items():
+        if value is None:
+            continue
+        t = target(name, prof.search.space.get(name))
+        if t.kind == "patch":
+            (out.patches_on if value else out.patches_off).append(t.name)
+        elif t.kind == "env":
+            out.env[t.name] = env_value(value)
+        else:
+            out.flags[t.name] = value
+    return out
+
+
+def patches(prof: Profile, part: Split) -> list[str]:
+    """The base patches plus the ones switched on, less the ones switched off (in that order, once each)."""
+    return [p for p in dict.fromkeys([*prof.server.patches, *part.patches_on]) if p not in part.patches_off]
+
+
+def merge(prof: Profile, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """(flags, env, patches) a trial runs with: the base, then each param on its target."""
+    part = split(prof, params)
+    flags = {k.lstrip("-"): v for k, v in prof.server.flags.items()} | part.flags
+    env = {k: str(v) for k, v in prof.server.env.items()} | part.env
+    return flags, env, patches(prof, part)
