@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tunectl.engines import engine
 from tunectl.errors import TunectlError
 from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile
@@ -80,7 +81,7 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
                         should_prune: Callable[[LevelResult], bool] | None) -> None:
     prof, runner, store, plan = ctx.profile, ctx.runner, ctx.store, result.launch
     assert plan is not None
-    if prof.server.engine == "sglang":
+    if engine(prof).patches_on_host:
         patcher = _patcher(ctx)
         result.patch_hashes = dict(patcher.ensure(plan.patches))  # also reverts patches not wanted now
         found = getattr(getattr(patcher, "last", None), "version", "")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tunectl import knobs
+from tunectl.engines import engine
 from tunectl.errors import RunnerError
 from tunectl.flags import FlagSpec, did_you_mean, flag_index, parse_help
 from tunectl.profile import Profile
@@ -22,7 +23,7 @@ def cache_dir() -> Path:
 
 
 def entrypoint(prof: Profile) -> str:
-    return "tunectl.sim.launch_server" if prof.server.engine == "sim" else "sglang.launch_server"
+    return engine(prof).module
 
 
 def help_argv(prof: Profile) -> list[str]:

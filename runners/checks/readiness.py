@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunectl import knobs
+from tunectl.engines import engine
 from tunectl.errors import HostKeyError, InfraError, TunectlError
 from tunectl.profile import Profile
 from tunectl.runners.checks import flagcheck, hostcheck
@@ -52,6 +53,7 @@ class _Ctx:
     def __init__(self, prof: Profile, runner: Any):
         self.prof, self.runner = prof, runner
         self.version = prof.server.sglang_version
+        self.engine = engine(prof)
         self.patcher = Patcher(runner, prof.server.python, prof.host.workdir, lock_timeout=30)
 
 
@@ -86,8 +88,8 @@ def _python(c: _Ctx) -> Check:
 
 
 def _sglang(c: _Ctx) -> Check:
-    if c.prof.server.engine == "sim":
-        res = c.runner.run([c.prof.server.python, "-c", "import tunectl.sim.launch_server"], timeout=60)
+    if not c.engine.patches_on_host:     # the stand-in: nothing to locate and patch, only to import
+        res = c.runner.run([c.prof.server.python, "-c", f"import {c.engine.module}"], timeout=60)
         last = res.tail.strip().splitlines()[-1] if res.tail.strip() else f"exit {res.exit_code}"
         return Check("sglang", res.ok, "the stand-in tunectl.sim" if res.ok else
                      f"{c.prof.server.python} on {c.runner.name} cannot import the stand-in tunectl.sim: {last}",
@@ -104,7 +106,7 @@ def _sglang(c: _Ctx) -> Check:
 
 
 def _gpus(c: _Ctx) -> list[Check]:
-    host, sim = c.prof.host, c.prof.server.engine == "sim"
+    host, sim = c.prof.host, not c.engine.uses_gpus
     try:
         gpus, apps = hostcheck.query(c.runner)
     except hostcheck.NvidiaSmiError as e:
@@ -145,7 +147,7 @@ def _flags(c: _Ctx) -> Check:
 
 def _patches(c: _Ctx) -> Check:
     ids = patch_ids(c.prof)
-    if c.prof.server.engine == "sim":
+    if not c.engine.patches_on_host:
         unknown = [i for i in ids if c.patcher.canonical(i) not in c.patcher.manifest]
         return Check("patches", not unknown, f"unknown patch {unknown[0]!r}" if unknown else
                      f"{len(ids)} patch(es) known; the stand-in applies them by env",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunectl.crashes.classifier import LogWatcher
+from tunectl.engines import engine
 from tunectl.errors import HostDirtyError
 from tunectl.models import CrashInfo, LaunchPlan
 from tunectl.profile import Profile
@@ -40,19 +41,19 @@ PHASES = (("load_weight_begin", "load_weight_end", "load_weights_s"),
 
 
 def time_scale(prof: Profile) -> float:
-    return prof.server.sim.time_scale if prof.server.engine == "sim" else 1.0
+    return engine(prof).time_scale(prof)
 
 
 def scaled(prof: Profile, modeled_s: float, slack: float = PHASE_SLACK_S) -> float:
     """A deadline in wall seconds: modeled seconds times the stand-in's time scale, plus slack."""
-    return modeled_s * time_scale(prof) + (slack if prof.server.engine == "sim" else 0.0)
+    return modeled_s * time_scale(prof) + engine(prof).slack_s(slack)
 
 
 # ---------------------------------------------------------------------------------------------- host gate
 def gpu_evidence(runner: Runner, prof: Profile, pids: set[int] | None = None) -> list[str]:
     """Why the target GPUs are not clean (memory, compute apps, snapshot pids), for engine sglang; [] where the
     host has no nvidia-smi. The stand-in uses no GPU, so a GPU in use does not make its host dirty."""
-    if prof.server.engine != "sglang":
+    if not engine(prof).uses_gpus:
         return []
     from tunectl.runners.checks import hostcheck
 
@@ -74,7 +75,7 @@ def port_evidence(runner: Runner, port: int) -> str | None:
 def preflight(runner: Runner, prof: Profile, plan: LaunchPlan) -> None:
     evidence = [e for e in [port_evidence(runner, plan.port)] if e]
     evidence += gpu_evidence(runner, prof)
-    if prof.server.engine == "sglang":       # on a GPU host, any live run of ours holds GPU memory
+    if engine(prof).uses_gpus:       # on a GPU host, any live run of ours holds GPU memory
         from tunectl.runners.checks import hostcheck
 
         evidence += hostcheck.leftovers(runner, {plan.run_id}, prof.server.python)
@@ -215,7 +216,7 @@ def wait_ready(server: Server, on_event: Event | None = None) -> Startup:
 
 
 def _probe_timeout(server: Server) -> float:
-    return 5.0 if server.prof.server.engine == "sim" else 25.0
+    return engine(server.prof).probe_timeout_s
 
 
 def startup_timeout(server: Server, what: str, phases: dict[str, float]) -> CrashInfo:

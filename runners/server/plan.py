@@ -15,13 +15,12 @@ from typing import Any
 import yaml
 
 from tunectl import knobs
+from tunectl.engines import engine
 from tunectl.flags import bundled_flags, config_to_argv
 from tunectl.models import LaunchPlan
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import LOOPBACK
 
-SIM_MODULE = "tunectl.sim.launch_server"
-SGLANG_MODULE = "sglang.launch_server"
 _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
@@ -50,14 +49,6 @@ def flag_args(config: dict[str, Any], store_true: set[str]) -> list[str]:
     return config_to_argv(config, store_true or None)
 
 
-def sim_args(prof: Profile) -> list[str]:
-    if prof.server.engine != "sim":
-        return []
-    sim = prof.server.sim
-    version = [] if prof.server.sglang_version == "0.5.9" else ["--sim-sglang-version", prof.server.sglang_version]
-    return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed), *version]
-
-
 def expand_env(value: str) -> str:
     """`${NAME}` in a profile's server.env reads the caller's environment (secrets stay out of profiles)."""
     return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
@@ -69,8 +60,7 @@ def server_env(prof: Profile, run_id: str, trial_dir: str, patches: list[str], k
                 "TMPDIR": f"{trial_dir}/tmp", "TUNECTL_RUN_ID": run_id})
     if prof.host.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in prof.host.gpus)
-    if prof.server.engine == "sim":
-        env["TUNECTL_SIM_PATCHES"] = ",".join(patches)
+    env.update(engine(prof).patch_env(patches))
     env.update(knob_env)
     return env
 
@@ -79,12 +69,12 @@ def build_plan(prof: Profile, params: dict[str, Any], run_id: str, trial_dir: st
     part = knobs.split(prof, params)
     patches = knobs.patches(prof, part)
     config = server_config(prof, part.flags)
-    module = SIM_MODULE if prof.server.engine == "sim" else SGLANG_MODULE
-    head = [prof.server.python, "-m", module]
+    eng = engine(prof)
+    head = [prof.server.python, "-m", eng.module]
     switches = _store_true_flags(prof.server.sglang_version)
-    argv = [*head, *flag_args(config, switches), *sim_args(prof)]
+    argv = [*head, *flag_args(config, switches), *eng.launch_args(prof)]
     on_cli = {k: config.pop(k) for k in prof.server.argv_flags if k in config}
-    exec_argv = [*head, "--config", f"{trial_dir}/config.yaml", *flag_args(on_cli, switches), *sim_args(prof)]
+    exec_argv = [*head, "--config", f"{trial_dir}/config.yaml", *flag_args(on_cli, switches), *eng.launch_args(prof)]
     return LaunchPlan(argv=argv, config=config, env=server_env(prof, run_id, trial_dir, patches, part.env),
                       exec_argv=exec_argv, patches=patches, port=int(config.get("port", prof.server.port)),
                       host=str(config.get("host", prof.server.host)), run_id=run_id, trial_dir=trial_dir,

@@ -165,7 +165,9 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     prof = get_profile(profile)
     evaluate = None
     if virtual:
-        if prof.server.engine != "sim":
+        from tunectl.engines import engine
+
+        if not engine(prof).has_model:
             raise UsageError(f"--virtual: profile {prof.source}: server.engine is {prof.server.engine!r}; "
                              "the virtual model needs 'sim'")
         from tunectl.store import StudyStore

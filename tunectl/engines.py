@@ -1,0 +1,68 @@
+"""What differs between the engines a profile can name (`server.engine`): real SGLang and the shipped stand-in.
+
+`engine(prof)` gives the profile's `Engine`; code asks it questions instead of comparing the engine's name:
+which module to launch, whether GPUs matter, whether patches are applied to the host's SGLang source or travel as
+an environment variable, the clock (the stand-in runs modeled time scaled down), how long a health probe may take.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from tunectl.profile import Profile
+
+
+class Engine:
+    """Real SGLang on a GPU host."""
+    name: ClassVar[str] = "sglang"
+    module: ClassVar[str] = "sglang.launch_server"
+    uses_gpus: ClassVar[bool] = True           # GPU memory and GPU holders decide whether a host is clean
+    patches_on_host: ClassVar[bool] = True     # the patches are applied to the host's SGLang source
+    has_model: ClassVar[bool] = False          # a virtual-clock model exists (a search can run without processes)
+    probe_timeout_s: ClassVar[float] = 25.0    # one health probe (a real server can be slow to answer under load)
+
+    def time_scale(self, prof: Profile) -> float:
+        """Wall seconds per modeled second."""
+        return 1.0
+
+    def slack_s(self, slack_s: float) -> float:
+        """Extra wall seconds on a deadline (a scaled clock leaves no room for process start-up otherwise)."""
+        return 0.0
+
+    def launch_args(self, prof: Profile) -> list[str]:
+        """Arguments after SGLang's own, for the launch command line."""
+        return []
+
+    def patch_env(self, patches: list[str]) -> dict[str, str]:
+        """Environment that carries the patches to the server (none: they are applied on the host)."""
+        return {}
+
+
+class Sim(Engine):
+    """The shipped stand-in (tunectl.sim): no GPU, patches by environment, modeled time scaled down."""
+    name = "sim"
+    module = "tunectl.sim.launch_server"
+    uses_gpus = False
+    patches_on_host = False
+    has_model = True
+    probe_timeout_s = 5.0
+
+    def time_scale(self, prof: Profile) -> float:
+        return prof.server.sim.time_scale
+
+    def slack_s(self, slack_s: float) -> float:
+        return slack_s
+
+    def launch_args(self, prof: Profile) -> list[str]:
+        sim = prof.server.sim
+        version = [] if prof.server.sglang_version == "0.5.9" else ["--sim-sglang-version", prof.server.sglang_version]
+        return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed), *version]
+
+    def patch_env(self, patches: list[str]) -> dict[str, str]:
+        return {"TUNECTL_SIM_PATCHES": ",".join(patches)}
+
+
+ENGINES: dict[str, Engine] = {e.name: e for e in (Engine(), Sim())}
+
+
+def engine(prof: Profile) -> Engine:
+    return ENGINES[prof.server.engine]
