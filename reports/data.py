@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunectl import redact
 from tunectl.models import LevelResult, TrialResult
-from tunectl.store import StudyStore, read_json, redact_text
+from tunectl.store import StudyStore, read_json
 
 FINISHED = ("ok", "crashed", "pruned")
 LATENCY_KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -175,7 +176,7 @@ def reproduce(launch: dict[str, Any]) -> dict[str, Any]:
     argv = list(launch.get("argv") or [])
     env = {k: str(v) for k, v in (launch.get("env") or {}).items() if k not in _RUN_ENV and str(v) != ""}
     patches = list(launch.get("patches") or [])
-    words = [f"{k}=\"${{{k}}}\"" if v == "<redacted>" else f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    words = [f"{k}=\"${{{k}}}\"" if v == redact.MARK else f"{k}={shlex.quote(v)}" for k, v in env.items()]
     lines = []
     if patches and not any(a.startswith("tunectl.sim") for a in argv):
         lines.append(f"# needs the SGLang patches {', '.join(patches)}: tunectl applies them on the host "
@@ -208,7 +209,7 @@ def summary(data: StudyData) -> dict[str, Any]:
         "concurrency": peak.concurrency if peak else None,
         "max_stable_concurrency": best.max_stable_concurrency,
         "latencies": {k: peak.metrics.get(k) for k in LATENCY_KEYS} if peak else {},
-        "command": redact_text(again["command"]), "argv": again["argv"], "env": again["env"],
+        "command": redact.text(again["command"]), "argv": again["argv"], "env": again["env"],
         "patches": again["patches"], "host": best.host, "sglang_version": best.sglang_version,
         "patch_hashes": dict(best.patch_hashes), "confirmed": number}
     if number.get("n", 0) > 1:

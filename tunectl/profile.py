@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tunectl.errors import ProfileError
+from tunectl.redact import SECRET_FLAGS
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
@@ -93,7 +94,7 @@ class ServerSpec(Strict):
 
     @model_validator(mode="after")
     def _no_secrets_in_flags(self) -> ServerSpec:
-        for key in ("api-key", "api_key", "admin-api-key"):
+        for key in SECRET_FLAGS:
             if key in self.flags:
                 raise ValueError(f"server.flags.{key}: put secrets in the environment "
                                  "(server.env: {SGLANG_API_KEY: ${SGLANG_API_KEY}}), not in a profile")

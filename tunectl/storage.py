@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tunectl import redact
 from tunectl.errors import InfraError, UsageError
 
 
@@ -16,7 +17,7 @@ def storage_url_for(url: str) -> str:
     import sqlalchemy.exc
     from sqlalchemy.engine import make_url
 
-    shown = redact_url(url)
+    shown = redact.url(url)
     try:
         parsed = make_url(url)
     except sqlalchemy.exc.ArgumentError:
@@ -36,7 +37,7 @@ def storage_errors(url: str) -> Iterator[None]:
     database an infra fault (exit 1); one line each, the password hidden."""
     import sqlalchemy.exc
 
-    shown = redact_url(url)
+    shown = redact.url(url)
     try:
         yield
     except (sqlalchemy.exc.NoSuchModuleError, ModuleNotFoundError) as e:
@@ -45,12 +46,3 @@ def storage_errors(url: str) -> Iterator[None]:
     except sqlalchemy.exc.OperationalError as e:
         why = str(getattr(e, "orig", e)).strip().splitlines()[0]
         raise InfraError(f"--storage {shown}: cannot connect: {why}") from None
-
-
-def redact_url(url: str) -> str:
-    """postgresql://user:secret@host/db -> postgresql://user:***@host/db"""
-    head, sep, tail = url.partition("://")
-    if "@" not in tail or ":" not in tail.split("@", 1)[0]:
-        return url
-    cred, rest = tail.split("@", 1)
-    return f"{head}{sep}{cred.split(':', 1)[0]}:***@{rest}"

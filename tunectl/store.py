@@ -17,15 +17,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from tunectl import redact
 from tunectl.models import SCHEMA_VERSION, LaunchPlan, LevelResult, TrialResult
 
 DEFAULT_ROOT = Path("results")
-_SECRET_KEYS = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
 
 
 def atomic_write(path: Path, data: bytes | str, mode: int | None = None, make_parents: bool = True) -> None:
@@ -66,19 +65,6 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("<redacted>" if _SECRET_KEYS.search(k) else v) for k, v in env.items()}
-
-
-_LOG_SECRET = re.compile(r"((?:api_key|admin_api_key)\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
-_ARGV_SECRET = re.compile(r"(--(?:admin-)?api-key[= ])(\S+)")
-
-
-def redact_text(text: str) -> str:
-    """Strip secrets SGLang prints in clear (server_args=..., launch_command)."""
-    return _ARGV_SECRET.sub(r"\1<redacted>", _LOG_SECRET.sub(r"\1'<redacted>'", text))
-
-
 class StudyStore:
     """Files of one study (or sweep) under root/<name>/."""
 
@@ -100,12 +86,12 @@ class StudyStore:
     def write_trial(self, t: TrialResult) -> None:
         d = t.to_dict()
         if d.get("launch"):
-            d["launch"]["env"] = redact_env(d["launch"]["env"])
+            d["launch"]["env"] = redact.env(d["launch"]["env"])
         write_json(self.trial_dir(t.trial) / "trial.json", d)
 
     def write_launch(self, n: int, plan: LaunchPlan, config_yaml: str) -> None:
         d = plan.to_dict()
-        d["env"] = redact_env(plan.env)
+        d["env"] = redact.env(plan.env)
         write_json(self.trial_dir(n) / "launch.json", d)
         atomic_write(self.trial_dir(n) / "config.yaml", config_yaml)
 
@@ -113,7 +99,7 @@ class StudyStore:
         write_json(self.trial_dir(n) / "levels" / f"{lv.workload}-c{lv.concurrency}.json", lv.to_dict())
 
     def write_log(self, n: int, text: str) -> None:
-        atomic_write(self.trial_dir(n) / "server.log", redact_text(text))
+        atomic_write(self.trial_dir(n) / "server.log", redact.text(text))
 
     def log_path(self, n: int) -> Path:
         return self.trial_dir(n) / "server.log"

@@ -14,6 +14,7 @@ from typing import Any
 
 import optuna
 
+from tunectl import redact
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
@@ -31,8 +32,8 @@ from tunectl.search.study import (
     open_storage,
     recover,
 )
-from tunectl.storage import redact_url, storage_errors, storage_url_for
-from tunectl.store import DEFAULT_ROOT, StudyStore, read_json, redact_env
+from tunectl.storage import storage_errors, storage_url_for
+from tunectl.store import DEFAULT_ROOT, StudyStore, read_json
 
 Event = Callable[[str, dict[str, Any]], None]
 HOST_CHECKS = tuple(step.__name__.strip("_") for step in STEPS)
@@ -161,12 +162,6 @@ def resume_info(study: optuna.Study, requeued: list[int], before: int | None, n_
     return {"mode": mode, "kept": kept, "requeued": requeued, "trials": n_trials, "before": before}
 
 
-def _redacted(prof: Profile) -> dict[str, Any]:
-    dumped = prof.model_dump(mode="json")
-    dumped["server"]["env"] = redact_env(dumped["server"].get("env", {}))
-    return dumped
-
-
 def preflight(prof: Profile, runner: Any, on_event: Event | None = None,
               only: tuple[str, ...] | None = None) -> None:
     """`tunectl check` before a study or sweep: a missing engine, a renamed flag or an unpatchable install fails
@@ -208,7 +203,7 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                 directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
         check_same_space(study, prof)
         before = store.read_study().get("trials")
-        store.write_study({"kind": "search", "storage": redact_url(url), "profile": _redacted(prof),
+        store.write_study({"kind": "search", "storage": redact.url(url), "profile": redact.profile(prof),
                            "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
                       cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
@@ -264,7 +259,7 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
     order = sorted(search, key=lambda t: t.number)
     to_best = next((i + 1 for i, t in enumerate(order) if best and t.params == best["params"]), None)
     return SearchOutcome(
-        study=study.study_name, storage=redact_url(url), results_dir=str(store.dir), wall_s=round(wall_s, 2),
+        study=study.study_name, storage=redact.url(url), results_dir=str(store.dir), wall_s=round(wall_s, 2),
         trials=len(search), evaluated=loop.stats.evaluated,
         crashed=sum(t.user_attrs.get("crash_class") is not None for t in search),
         pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in search),

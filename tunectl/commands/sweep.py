@@ -18,12 +18,13 @@ import typer
 import yaml
 from rich.table import Table
 
+from tunectl import redact
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
 from tunectl.errors import UsageError
 from tunectl.models import TrialResult
 from tunectl.profile import ParamSpec, Profile
-from tunectl.store import DEFAULT_ROOT, StudyStore, redact_env
+from tunectl.store import DEFAULT_ROOT, StudyStore
 
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
@@ -193,7 +194,7 @@ def _json_doc(store: StudyStore, result: TrialResult) -> str:
 
     d = result.to_dict()
     if d.get("launch"):
-        d["launch"]["env"] = redact_env(d["launch"]["env"])
+        d["launch"]["env"] = redact.env(d["launch"]["env"])
     doc = {"study": store.name, "results_dir": str(store.trial_dir(result.trial)), **d}
     return json.dumps(_finite(doc), indent=2, default=str)
 
@@ -203,7 +204,7 @@ def _dry_run(prof: Profile, params: dict[str, Any], as_json: bool) -> None:
 
     run_id = plan_mod.make_run_id("dry-run", 0)
     plan = plan_mod.build_plan(prof, params, run_id, f"{prof.host.workdir}/{run_id}")
-    plan.env = redact_env(plan.env)
+    plan.env = redact.env(plan.env)
     if as_json:
         print(json.dumps(plan.to_dict(), indent=2, default=str))
         return
@@ -275,9 +276,7 @@ def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: 
         runner.close()
         raise
     store = StudyStore(name, root)
-    dumped = prof.model_dump(mode="json")
-    dumped["server"]["env"] = redact_env(dumped["server"].get("env", {}))
-    store.write_study({"kind": "sweep", "profile": dumped, "params": params,
+    store.write_study({"kind": "sweep", "profile": redact.profile(prof), "params": params,
                        "levels": levels or prof.bench.levels, "started_at": time.time()})
     n = len(store.trial_numbers())
     ctx = TrialContext(prof, runner, store, levels=levels)

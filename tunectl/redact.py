@@ -1,0 +1,43 @@
+"""Secrets out of everything tunectl writes or shows: one home for what counts as a secret and how it is hidden.
+
+- `env(mapping)`: values of variables whose name says secret (`*API_KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`).
+- `text(text)`: the API keys SGLang prints in clear (`server_args=...api_key='...'`, `--api-key X` in a command).
+- `url(url)`: the password of a storage URL (`postgresql://user:secret@host/db` -> `user:***@host/db`).
+- `profile(prof)`: the profile as stored in results, its `server.env` redacted.
+- `SECRET_FLAGS`: SGLang flags that carry a secret (a profile must not set them; the environment does).
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunectl.profile import Profile
+
+MARK = "<redacted>"
+SECRET_FLAGS = ("api-key", "api_key", "admin-api-key")
+_SECRET_KEYS = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
+_LOG_SECRET = re.compile(r"((?:api_key|admin_api_key)\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
+_ARGV_SECRET = re.compile(r"(--(?:admin-)?api-key[= ])(\S+)")
+
+
+def env(mapping: dict[str, str]) -> dict[str, str]:
+    return {k: (MARK if _SECRET_KEYS.search(k) else v) for k, v in mapping.items()}
+
+
+def text(s: str) -> str:
+    return _ARGV_SECRET.sub(rf"\1{MARK}", _LOG_SECRET.sub(rf"\1'{MARK}'", s))
+
+
+def url(u: str) -> str:
+    head, sep, tail = u.partition("://")
+    if "@" not in tail or ":" not in tail.split("@", 1)[0]:
+        return u
+    cred, rest = tail.split("@", 1)
+    return f"{head}{sep}{cred.split(':', 1)[0]}:***@{rest}"
+
+
+def profile(prof: Profile) -> dict[str, Any]:
+    dumped = prof.model_dump(mode="json")
+    dumped["server"]["env"] = env(dumped["server"].get("env", {}))
+    return dumped
