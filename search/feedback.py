@@ -13,7 +13,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from tunectl.models import LevelResult, TrialResult
+from tunectl.models import LadderStep, LevelResult, TrialResult
 from tunectl.profile import Profile
 
 PENALTY_LATENCY_MS = 1e9          # p99 TTFT told for a config that never served (multi-objective)
@@ -85,10 +85,9 @@ def _values(lv: LevelResult | None, prof: Profile) -> list[float]:
     return [thr, ttft]
 
 
-def ladder_attr(result: TrialResult) -> list[list[Any]]:
-    """[workload, concurrency, status, output_throughput, duration_s] per level: compact, for the study DB."""
-    return [[lv.workload, lv.concurrency, lv.status, round(lv.output_throughput, 2), round(lv.duration_s, 3)]
-            for lv in result.levels]
+def ladder_attr(result: TrialResult) -> list[dict[str, Any]]:
+    """One LadderStep per level: compact, for the study DB (read back with `tunectl.models.ladder_steps`)."""
+    return [LadderStep.of(lv).to_dict() for lv in result.levels]
 
 
 def evidence_attrs(result: TrialResult) -> dict[str, Any]:

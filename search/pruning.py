@@ -9,12 +9,11 @@ skipped levels would have taken is estimated from the trials that ran them.
 from __future__ import annotations
 
 from statistics import mean
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tunectl.models import LevelResult
+from tunectl.models import LadderStep, LevelResult, ladder_steps
 from tunectl.profile import Pruning
 
 LevelKey = tuple[str, int]
@@ -22,19 +21,18 @@ MIN_FEASIBLE_FOR_BOUND = 5      # scaling bounds need a few finished configs bef
 BOUND_SLACK = 1.1
 
 
-def _ladders(trials: list[FrozenTrial]) -> list[list[list[Any]]]:
-    return [t.user_attrs["ladder"] for t in trials
-            if t.state == TrialState.COMPLETE and isinstance(t.user_attrs.get("ladder"), list)]
+def _ladders(trials: list[FrozenTrial]) -> list[list[LadderStep]]:
+    return [ladder_steps(t.user_attrs.get("ladder")) for t in trials if t.state == TrialState.COMPLETE]
 
 
 def best_per_level(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
     """Best stable output throughput per (workload, concurrency) over finished trials."""
     best: dict[LevelKey, float] = {}
     for ladder in _ladders(trials):
-        for workload, conc, status, thr, _dur in ladder:
-            if status == "ok":
-                key = (workload, int(conc))
-                best[key] = max(best.get(key, 0.0), float(thr))
+        for s in ladder:
+            if s.status == "ok":
+                key = (s.workload, s.concurrency)
+                best[key] = max(best.get(key, 0.0), s.output_throughput)
     return best
 
 
@@ -42,15 +40,14 @@ def scaling_bounds(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
     """Per level: the largest ratio (final best / throughput at that level) any finished feasible trial showed."""
     bound: dict[LevelKey, float] = {}
     for t in trials:
-        ladder = t.user_attrs.get("ladder")
-        if t.state != TrialState.COMPLETE or not isinstance(ladder, list) or not t.values:
+        if t.state != TrialState.COMPLETE or not t.values:
             continue
         if any(v > 0 for v in t.constraints.values()):
             continue
-        for workload, conc, status, thr, _dur in ladder:
-            if status == "ok" and thr > 0:
-                key = (workload, int(conc))
-                bound[key] = max(bound.get(key, 0.0), t.values[0] / thr)
+        for s in ladder_steps(t.user_attrs.get("ladder")):
+            if s.status == "ok" and s.output_throughput > 0:
+                key = (s.workload, s.concurrency)
+                bound[key] = max(bound.get(key, 0.0), t.values[0] / s.output_throughput)
     return bound
 
 
@@ -62,9 +59,9 @@ def incumbent(trials: list[FrozenTrial]) -> float:
 def mean_durations(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
     seen: dict[LevelKey, list[float]] = {}
     for ladder in _ladders(trials):
-        for workload, conc, status, _thr, dur in ladder:
-            if status == "ok":
-                seen.setdefault((workload, int(conc)), []).append(float(dur))
+        for s in ladder:
+            if s.status == "ok":
+                seen.setdefault((s.workload, s.concurrency), []).append(s.duration_s)
     return {k: mean(v) for k, v in seen.items()}
 
 

@@ -26,6 +26,7 @@ from tunectl.search.sampler import (
 )
 from tunectl.search.space import baseline_params, config_key
 
+from tunectl.models import ladder_steps
 from tunectl.profile import Profile
 
 
@@ -42,8 +43,8 @@ def history(done: list[FrozenTrial]) -> History:
 
 
 def level_values(t: FrozenTrial) -> dict[tuple[str, int], float]:
-    ladder = t.user_attrs.get("ladder") or []
-    return {(w, int(c)): float(thr) for w, c, status, thr, _ in ladder if status == "ok"}
+    return {(s.workload, s.concurrency): s.output_throughput for s in ladder_steps(t.user_attrs.get("ladder"))
+            if s.status == "ok"}
 
 
 def outpaced(t: FrozenTrial, incumbent: FrozenTrial | None) -> bool:

@@ -89,6 +89,37 @@ class LevelResult:
         return cls(**kw)
 
 
+@dataclass(frozen=True)
+class LadderStep:
+    """One level of a trial's ladder as a study keeps it (the `ladder` user attribute, best.json): compact, named."""
+    workload: str
+    concurrency: int
+    status: str
+    output_throughput: float
+    duration_s: float
+
+    @classmethod
+    def of(cls, lv: LevelResult) -> LadderStep:
+        return cls(lv.workload, lv.concurrency, lv.status, round(lv.output_throughput, 2), round(lv.duration_s, 3))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_attr(cls, raw: Any) -> LadderStep:
+        """From a stored dict, or from the positional [workload, concurrency, status, throughput, duration] list
+        that studies before the named record stored."""
+        if isinstance(raw, dict):
+            raw = [raw["workload"], raw["concurrency"], raw["status"], raw["output_throughput"], raw["duration_s"]]
+        workload, conc, status, thr, dur = raw
+        return cls(str(workload), int(conc), str(status), float(thr), float(dur))
+
+
+def ladder_steps(raw: Any) -> list[LadderStep]:
+    """A stored ladder (user attribute or best.json) as records; [] when there is none."""
+    return [LadderStep.from_attr(x) for x in raw] if isinstance(raw, list) else []
+
+
 @dataclass
 class LaunchPlan:
     """Everything needed to reproduce a launch by hand."""

@@ -16,6 +16,7 @@ from rich.text import Text
 from tunectl.cli import app
 from tunectl.commands._common import console, get_profile, one_line_errors, show_table
 from tunectl.errors import UsageError
+from tunectl.models import ladder_steps
 from tunectl.store import DEFAULT_ROOT
 
 
@@ -80,12 +81,12 @@ def resume_line(d: dict[str, Any]) -> str:
     return f"resuming: {kept} of {d['trials']} search trials kept{again}"
 
 
-def _ladder_table(ladder: list[list[Any]]) -> Table:
+def _ladder_table(ladder: list[Any]) -> Table:
     t = Table(title="the winner's ladder (its search run)", show_lines=False)
     for col in ("workload", "concurrency", "status", "output tok/s"):
         t.add_column(col, justify="right" if col != "workload" else "left")
-    for workload, conc, status, thr, _dur in ladder:
-        t.add_row(str(workload), str(conc), str(status), f"{thr:,.0f}")
+    for s in ladder_steps(ladder):
+        t.add_row(s.workload, str(s.concurrency), s.status, f"{s.output_throughput:,.0f}")
     return t
 
 
