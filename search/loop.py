@@ -20,7 +20,7 @@ from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params
 from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
 from tunectl.search.steps import Steps, counted, finished
-from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, requeue
+from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, queued, requeue
 
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
@@ -109,7 +109,7 @@ class SearchLoop:
     def _veto(self, trial: optuna.trial.Trial) -> bool:
         """Drop a sampler proposal the history says will crash (told FAIL: no budget used, ignored by the
         sampler); the next ask proposes again."""
-        if not self.local_steps or "fixed_params" in self.study._storage.get_trial_system_attrs(trial._trial_id):
+        if not self.local_steps or queued(trial):
             return False
         params = suggest(trial, self.prof.search)
         risk, like = self.steps.veto(params, finished(self.trials()))
@@ -140,7 +140,7 @@ class SearchLoop:
     def _ask(self) -> optuna.trial.Trial:
         """Ask, and record at once which host holds the trial (resume finds its orphans by this)."""
         trial = self.study.ask()
-        trial.storage.set_trial_system_attr(trial._trial_id, HOST_ATTR, self.host_key)
+        trial.set_user_attr(HOST_ATTR, self.host_key)
         return trial
 
     def run_one(self, trial: optuna.trial.Trial) -> str:
@@ -261,7 +261,7 @@ class SearchLoop:
         while self._waiting():
             optuna.storages.fail_stale_trials(self.study)
             trial = self._ask()
-            if "fixed_params" not in self.study._storage.get_trial_system_attrs(trial._trial_id):
+            if not queued(trial):
                 trial.set_user_attr("unused", True)      # the queue emptied under us: give the slot back
                 fail_running(self.study, self.study.trials[trial.number])
                 continue

@@ -60,9 +60,20 @@ def requeue(study: optuna.Study, t: FrozenTrial, reason: str, **bump: int) -> No
 def fail_running(study: optuna.Study, t: FrozenTrial) -> bool:
     """FAIL a RUNNING trial; False if someone else finished it first."""
     try:
-        return bool(study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
-    except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError):  # another worker got there first
+        return study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True).state == TrialState.FAIL
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):  # another worker got there first
         return False
+
+
+def queued(trial: optuna.trial.Trial) -> bool:
+    """Was this trial popped from the queue (`enqueue_trial`) rather than proposed by the sampler? Every enqueue
+    of tunectl passes user attributes with the trial's role; a sampler's proposal has none until it runs."""
+    return "role" in trial.user_attrs
+
+
+def host_of(t: FrozenTrial) -> str | None:
+    """The host that holds the trial (a user attribute; studies before it kept it as a system attribute)."""
+    return t.user_attrs.get(HOST_ATTR, t.system_attrs.get(HOST_ATTR))
 
 
 class Heartbeat:
@@ -184,7 +195,7 @@ def recover(study: optuna.Study, host_key: str, state: HostState,
     """Run while holding the host lock: tear down what a dead worker left on this host, FAIL its RUNNING
     trials and queue their params again. Returns the trial numbers recovered."""
     numbers = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-               if t.system_attrs.get(HOST_ATTR) == host_key}
+               if host_of(t) == host_key}
     last = state.get()
     todo = sorted(set(numbers) | ({last} if last is not None else set()))
     for n in todo:

@@ -17,6 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.helpers.ports import free_port
+from tunectl.search.study import host_of
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "search-test"
@@ -69,7 +70,7 @@ def test_two_workers_share_one_study_without_duplicates(postgres: str, tmp_path:
     assert [w.returncode for w in workers] == [0, 0], [o[1][-1500:] for o in outs]
 
     trials = optuna.load_study(study_name=NAME, storage=postgres).trials
-    hosts = {t.system_attrs.get("tunectl:host") for t in trials if t.state != TrialState.WAITING}
+    hosts = {host_of(t) for t in trials if t.state != TrialState.WAITING}
     assert len(hosts) == 2, "both workers ran trials of the one study"
     searched = [t for t in trials if t.user_attrs.get("role") in ("search", "baseline")
                 and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
@@ -79,7 +80,7 @@ def test_two_workers_share_one_study_without_duplicates(postgres: str, tmp_path:
     assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1
     for host in hosts:   # never two trials on one host at once
         spans = sorted((t.datetime_start, t.datetime_complete) for t in trials
-                       if t.system_attrs.get("tunectl:host") == host and t.datetime_complete)
+                       if host_of(t) == host and t.datetime_complete)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
