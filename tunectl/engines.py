@@ -32,6 +32,10 @@ class Engine:
         """Arguments after SGLang's own, for the launch command line."""
         return []
 
+    def version_args(self, prof: Profile) -> list[str]:
+        """Arguments that make the engine play the profile's SGLang version (its flags, its --help)."""
+        return []
+
     def patch_env(self, patches: list[str]) -> dict[str, str]:
         """Environment that carries the patches to the server (none: they are applied on the host)."""
         return {}
@@ -54,8 +58,12 @@ class Sim(Engine):
 
     def launch_args(self, prof: Profile) -> list[str]:
         sim = prof.server.sim
-        version = [] if prof.server.sglang_version == "0.5.9" else ["--sim-sglang-version", prof.server.sglang_version]
-        return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed), *version]
+        return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed),
+                *self.version_args(prof)]
+
+    def version_args(self, prof: Profile) -> list[str]:
+        v = prof.server.sglang_version                  # the stand-in plays 0.5.9 unless told otherwise
+        return [] if v == "0.5.9" else ["--sim-sglang-version", v]
 
     def patch_env(self, patches: list[str]) -> dict[str, str]:
         return {"TUNECTL_SIM_PATCHES": ",".join(patches)}

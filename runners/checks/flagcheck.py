@@ -27,9 +27,7 @@ def entrypoint(prof: Profile) -> str:
 
 
 def help_argv(prof: Profile) -> list[str]:
-    version = [] if prof.server.engine != "sim" or prof.server.sglang_version == "0.5.9" else [
-        "--sim-sglang-version", prof.server.sglang_version]           # the stand-in prints that version's flags
-    return [prof.server.python, "-m", entrypoint(prof), *version, "--help"]
+    return [prof.server.python, "-m", entrypoint(prof), *engine(prof).version_args(prof), "--help"]
 
 
 def cache_path(runner: Runner, prof: Profile, version: str) -> Path:
