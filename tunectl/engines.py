@@ -15,6 +15,7 @@ class Engine:
     """Real SGLang on a GPU host."""
     name: ClassVar[str] = "sglang"
     module: ClassVar[str] = "sglang.launch_server"
+    package: ClassVar[str] = "SGLang"          # what the server's Python must have installed
     uses_gpus: ClassVar[bool] = True           # GPU memory and GPU holders decide whether a host is clean
     patches_on_host: ClassVar[bool] = True     # the patches are applied to the host's SGLang source
     has_model: ClassVar[bool] = False          # a virtual-clock model exists (a search can run without processes)
@@ -45,6 +46,7 @@ class Sim(Engine):
     """The shipped stand-in (tunectl.sim): no GPU, patches by environment, modeled time scaled down."""
     name = "sim"
     module = "tunectl.sim.launch_server"
+    package = "tunectl"
     uses_gpus = False
     patches_on_host = False
     has_model = True

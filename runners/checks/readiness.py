@@ -83,7 +83,7 @@ def _python(c: _Ctx) -> Check:
         last = res.tail.strip().splitlines()[-1] if res.tail.strip() else f"exit {res.exit_code}"
         return Check("python", False, f"server.python {c.prof.server.python!r} does not run on {c.runner.name}: "
                                       f"{last}", "set server.python to the interpreter that has "
-                     + ("tunectl" if c.prof.server.engine == "sim" else "SGLang") + " installed")
+                     + c.engine.package + " installed")
     return Check("python", True, f"{c.prof.server.python} is Python {res.stdout.strip()}")
 
 
