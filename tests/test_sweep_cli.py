@@ -52,7 +52,7 @@ def test_baseline_shows_the_seeds_numbers(env):
 def test_seeds_config_reports_the_crash_at_512(env):
     res = sweep(env, "--concurrency", "64,256,512", "--study", "seeds", *SEEDS)
     assert res.returncode == 0, res.stderr                     # a crash is a finding
-    out = res.stdout
+    out = " ".join(res.stdout.split())                         # the console wraps at the terminal's width
     assert "load_crash (page_table_1_flattened) at concurrency 512" in out
     assert "AttributeError: 'PrefillMetadata' object has no attribute" in out
     assert "exit code: 137" in out
