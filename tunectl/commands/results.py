@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 import webbrowser
 from pathlib import Path
 from typing import Annotated, Any
@@ -87,7 +88,9 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
     data = load_study(store, ref)
     path = out or store.dir / "report.html"
     prefix = os.path.relpath(store.dir.resolve(), path.parent.resolve())
-    page = render(compute(data, log_prefix="" if prefix == "." else prefix + "/"))
+    with warnings.catch_warnings():      # Optuna's notes on few trials per regime: not the user's to act on
+        warnings.simplefilter("ignore", UserWarning)
+        page = render(compute(data, log_prefix="" if prefix == "." else prefix + "/"))
     atomic_write(path, page)
     console.print(f"report: {path} ({len(data.trials)} trials, {len(page) // 1024} KiB)")
     if open_ and not webbrowser.open(path.resolve().as_uri()):

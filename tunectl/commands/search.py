@@ -134,7 +134,7 @@ def show(out: dict[str, Any], root: Path) -> None:
         if best.get("config_file"):
             console.print(f"[bold]config file[/bold]: {escape(best['config_file'])}", highlight=False)
     console.print(f"results: {escape(out['results_dir'])} (best.json, trials/, study.db); storage "
-                  f"{escape(out['storage'])}", highlight=False)
+                  f"{escape(out['storage'])}", highlight=False, soft_wrap=True)
 
 
 TrialsOpt = Annotated[int | None, typer.Option("--trials", "-n", help="search trials (default: profile)")]

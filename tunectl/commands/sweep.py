@@ -250,7 +250,8 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
         show_table(level_table(result), keep=("workload", "status"))
         print_crash(result)
         console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
-                      f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False)
+                      f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False, markup=False,
+                      soft_wrap=True)
     if result.status == "infra":
         c = result.crash
         why = (c.exception_line or c.message) if c else "infra fault"
