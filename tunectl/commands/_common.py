@@ -14,8 +14,10 @@ from tunectl.errors import TunectlError
 from tunectl.profile import Profile, default_profile_path, load_profile
 
 # No emoji codes and no markup from data: a study named `study:smile:` or a flag value `[x]` prints as written.
+# Piped or captured, lines are not wrapped at COLUMNS (a script reads them whole); at a terminal they fit it.
 console = Console(stderr=False, emoji=False)
 err_console = Console(stderr=True, emoji=False)
+console.soft_wrap, err_console.soft_wrap = not console.is_terminal, not err_console.is_terminal
 F = TypeVar("F", bound=Callable[..., Any])
 
 
