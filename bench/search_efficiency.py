@@ -129,7 +129,8 @@ def main() -> None:
     if args.no_try_first:
         prof.search.try_first = []
     t0 = time.monotonic()
-    documented = VirtualEvaluator(prof).card.get("landscape", {}).get("best_stable", {}).get("output_throughput")
+    land = VirtualEvaluator(prof).card.landscape
+    documented = land.best_stable.output_throughput if land else None
     if args.target or documented and not args.scan:
         target = args.target or float(documented)
         print(f"profile {prof.source}: best stable {target:,.0f} tok/s "

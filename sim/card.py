@@ -1,195 +1,160 @@
-"""Sim cards and the resolved server setup: which flags, patches and env give which costs and crashes.
+"""The sim card: every number the stand-in uses for one model on one GPU box, as a validated schema.
 
-Pure: no I/O beyond reading the card file. The live stand-in and the virtual model both use this.
+A card is `sim/cards/<name>.yaml` (by name) or any YAML file (by path). Unknown or missing keys fail with one line
+naming file:line, the key and what is expected, like profiles. Dense models leave out `moe`; models without the
+page_table_1_flattened bug leave out that section; boxes without the two-batch-overlap deadlock leave out `hang`.
+Sizes are per GPU, in decimal GB; times are modeled (real-hardware) milliseconds or seconds.
 """
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
-import yaml
+from pydantic import Field
+
+from tunectl.errors import ProfileError
+from tunectl.yamlmodel import Strict, load_model
 
 CARDS_DIR = Path(__file__).parent / "cards"
-PATCH_AUTOTUNE = "0001-flashinfer-cutlass-autotune"
-PATCH_PT1 = "0002-page-table-1-flattened"
-DEFAULTS: dict[str, Any] = {  # SGLang 0.5.9 defaults for the flags the model reads
-    "disable_cuda_graph": False, "cuda_graph_max_bs": 256, "max_running_requests": 2048,
-    "chunked_prefill_size": 8192, "mem_fraction_static": 0.88, "kv_cache_dtype": "auto",
-    "moe_runner_backend": "auto", "disable_flashinfer_autotune": False, "disable_radix_cache": False,
-    "disable_chunked_prefix_cache": False, "attention_backend": None, "prefill_attention_backend": None,
-    "decode_attention_backend": None, "nsa_prefill_backend": None, "nsa_decode_backend": None,
-    "enable_two_batch_overlap": False, "stream_interval": 1, "watchdog_timeout": 300.0,
-}
+KvDtype = Literal["fp8", "bf16"]
 
 
-def load_card(name_or_path: str | Path) -> dict[str, Any]:
-    """A card by name (sim/cards/<name>.yaml) or by path."""
+class Gpu(Strict):
+    name: str = Field(description="the GPU's name, e.g. 'NVIDIA H200'")
+    sm: int = Field(description="compute capability x10, e.g. 90 for Hopper")
+    memory_gb: float = Field(gt=0, description="memory per GPU in GB (the pool and free memory are shares of it)")
+    total_gib: float = Field(gt=0, description="total capacity torch reports in GiB (OOM messages)")
+    count: int = Field(1, ge=1, description="GPUs the server spans (tensor parallel size)")
+
+
+class Memory(Strict):
+    weights_gb: float = Field(ge=0, description="weights per GPU in GB")
+    activation_gb: float = Field(ge=0, description="free memory the forward pass needs outside the static pool")
+    activation_gb_per_1k_chunk: float = Field(0.0, ge=0, description="plus this per 1,024 chunked-prefill tokens")
+    graph_fixed_gb: float = Field(ge=0, description="CUDA graph capture: fixed memory")
+    graph_per_bs_gb: float = Field(ge=0, description="CUDA graph capture: memory per unit of max batch size")
+    kv_bytes_per_token: dict[KvDtype, int] = Field(description="KV cache bytes per token per GPU, fp8 and bf16")
+    kv_auto_dtype: KvDtype = Field(description="what --kv-cache-dtype auto resolves to")
+
+
+class Decode(Strict):
+    base_ms: float = Field(ge=0, description="fixed per decode step")
+    per_req_ms: float = Field(ge=0, description="per running request")
+    per_kv_ktoken_ms: float = Field(0.0, ge=0, description="per 1,000 tokens of KV the running batch attends to")
+    launch_ms: float = Field(ge=0, description="eager kernel-launch overhead that CUDA graphs remove")
+    expert_ms: float = Field(0.0, ge=0, description="MoE expert weight reads at saturation (0: dense)")
+    expert_bs: float = Field(1.0, gt=0, description="batch size scale of the expert-read saturation")
+    kv_mult: dict[KvDtype, float] = Field(default_factory=lambda: {"fp8": 1.0, "bf16": 1.0})
+    radix_mult: float = Field(1.0, gt=0, description="radix cache bookkeeping per step")
+
+
+class Prefill(Strict):
+    base_ms: float = Field(ge=0)
+    per_token_ms: float = Field(ge=0)
+    trtllm_nsa_prefill_mult: float = 1.0
+    no_chunked_prefix_cache_mult: float = 1.0
+
+
+class Runner(Strict):
+    untuned: float = Field(gt=0, description="step-time multiplier without FlashInfer autotune")
+    tuned: float | None = Field(None, gt=0, description="with autotune (None: autotune does nothing for it)")
+    autotune: Literal["always", "with_patch", "never"] = Field(
+        "never", description="when SGLang autotunes it: always, only with patch 0001, never")
+
+
+class Moe(Strict):
+    auto: str = Field(description="the runner --moe-runner-backend auto picks")
+    runners: dict[str, Runner]
+    unsupported: dict[str, str] = Field(default_factory=dict, description="runner -> startup exception line")
+    autotune_workspace_gb: float = Field(0.0, ge=0, description="free memory the autotune dummy run needs")
+    autotune_workspace_gb_per_1k_chunk: float = Field(0.0, ge=0)
+
+
+class Backend(Strict):
+    decode_mult: float = 1.0
+    prefill_mult: float = 1.0
+
+
+class Attention(Strict):
+    auto: str = Field(description="the backend --attention-backend unset picks")
+    backends: dict[str, Backend]
+    unsupported: dict[str, str] = Field(default_factory=dict, description="backend -> startup exception line")
+
+
+class StartupSeconds(Strict):
+    init: float
+    load_weights: float
+    kv_alloc: float
+    graph_per_bs: float
+    autotune: float = 0.0
+    warmup: float
+
+
+class PageTable1Flattened(Strict):
+    """FP8 KV on a DSA model + chunked prefix cache + an attention path whose metadata lacks the field."""
+
+    kv_dtype: KvDtype = "fp8"
+    fixed_by_patch: str = "0002-page-table-1-flattened"
+    default_threshold: int = Field(description="SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD default")
+    tokens_per_running: float = Field(gt=0)
+    ref_batch_reqs: float = Field(gt=0)
+
+
+class Hang(Strict):
+    flag: str = Field(description="the flag (underscored) that deadlocks the first decode batch")
+    min_bs: int = 2
+
+
+class Admission(Strict):
+    new_token_ratio: float = Field(0.3, gt=0, le=1, description="share of max_new_tokens reserved at admission")
+    retract_decay_steps: int = Field(600, ge=1, description="decode steps for the ratio to fall back after a "
+                                                            "retraction raised it to 1")
+
+
+class BestStable(Strict):
+    output_throughput: float
+    concurrency: int
+    flags: dict[str, object] = Field(default_factory=dict)
+    patches: list[str] = Field(default_factory=list)
+    profile: str | None = Field(None, description="the profile whose space was scanned")
+
+
+class Landscape(Strict):
+    best_stable: BestStable
+    seeds_best: dict[str, float] | None = None
+
+
+class Card(Strict):
+    name: str = ""
+    model: str = Field(description="the model path /model_info reports")
+    architecture: str
+    model_type: str = Field(description="HF config model_type, e.g. llama, qwen3_moe")
+    context_len: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    gpu: Gpu
+    memory: Memory
+    decode: Decode
+    prefill: Prefill
+    moe: Moe | None = None
+    attention: Attention | None = None
+    startup_s: StartupSeconds
+    page_table_1_flattened: PageTable1Flattened | None = None
+    hang: Hang | None = None
+    admission: Admission = Field(default_factory=Admission)
+    landscape: Landscape | None = None
+
+
+def known_cards() -> list[str]:
+    return sorted(c.stem for c in CARDS_DIR.glob("*.yaml"))
+
+
+def load_card(name_or_path: str | Path) -> Card:
+    """A card by name (sim/cards/<name>.yaml) or by path; ProfileError names file:line and key when invalid."""
     p = Path(name_or_path)
     if not p.suffix:
         p = CARDS_DIR / f"{name_or_path}.yaml"
     if not p.is_file():
-        known = sorted(c.stem for c in CARDS_DIR.glob("*.yaml"))
-        raise FileNotFoundError(f"sim card {str(name_or_path)!r} not found; known cards: {known}")
-    card = yaml.safe_load(p.read_text())
-    card.setdefault("name", p.stem)
+        raise ProfileError(str(p), "(file)", str(name_or_path), f"sim card not found; known cards: {known_cards()}")
+    card = load_model(p, Card, "sim card")
+    card.name = card.name or p.stem
     return card
-
-
-def normalize(config: dict[str, Any]) -> dict[str, Any]:
-    out = dict(DEFAULTS)
-    out.update({k.lstrip("-").replace("-", "_"): v for k, v in config.items() if v is not None})
-    return out
-
-
-@dataclass
-class StartupCrash:
-    phase: str            # "load_weights" | "memory_pool" | "kv_alloc" | "autotune" | "cuda_graph"
-    signature: str        # catalog id
-    exception: str        # last traceback line, the real exception text
-    oom_mib: float = 0.0
-
-
-@dataclass
-class Setup:
-    card: dict[str, Any]
-    graphs: bool
-    graph_max_bs: int
-    graph_bs: list[int]
-    max_running: int
-    chunk: int
-    mfs: float
-    kv_dtype: str
-    kv_tokens: int
-    moe: str
-    moe_mult: float
-    autotune: bool
-    radix: bool
-    chunked_prefix_cache: bool
-    pt1_prone: bool
-    pt1_threshold: int
-    nsa_prefill_trtllm: bool
-    hang: bool
-    stream_interval: int
-    watchdog_s: float
-    crash: StartupCrash | None = None
-    phases: list[tuple[str, float]] = field(default_factory=list)   # (phase, modeled seconds)
-
-    def decode_ms(self, bs: int) -> float:
-        d = self.card["decode"]
-        experts = d["expert_ms"] * (1.0 - math.exp(-bs / d["expert_bs"]))   # saturates once every expert is hit
-        t = d["base_ms"] + experts + d["per_req_ms"] * d["kv_mult"][self.kv_dtype] * bs
-        t += 0.0 if self.graph_used(bs) else d["launch_ms"]                  # graphs remove the launch overhead
-        return t * self.moe_mult * (d["radix_mult"] if self.radix else 1.0)
-
-    def prefill_ms(self, tokens: int) -> float:
-        p = self.card["prefill"]
-        t = (p["base_ms"] + p["per_token_ms"] * tokens) * self.moe_mult
-        t *= self.card["decode"]["radix_mult"] if self.radix else 1.0
-        t *= p["trtllm_nsa_prefill_mult"] if self.nsa_prefill_trtllm else 1.0
-        return t * (1.0 if self.chunked_prefix_cache else p["no_chunked_prefix_cache_mult"])
-
-    def graph_used(self, bs: int) -> bool:
-        return self.graphs and bs <= self.graph_max_bs
-
-    def startup_s(self) -> float:
-        return sum(s for _, s in self.phases)
-
-
-def capture_list(max_bs: int) -> list[int]:
-    cand = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 4097, 16))
-    out = [b for b in cand if b <= max_bs]
-    return out + ([max_bs] if max_bs not in out else [])
-
-
-def resolve(card: dict[str, Any], config: dict[str, Any], env: dict[str, str] | None = None,
-            patches: list[str] | tuple[str, ...] = ()) -> Setup:
-    c, env = normalize(config), env or {}
-    patches = {p for pid in patches for p in (pid, re.sub(r"^\d{4}-", "", pid))}
-    patches |= {f"{n}-{p}" for n, p in (("0001", "flashinfer-cutlass-autotune"), ("0002", "page-table-1-flattened"))
-                if p in patches}
-    moe = c["moe_runner_backend"]
-    moe = card["moe"]["auto"] if moe == "auto" else moe
-    runner = card["moe"]["runners"].get(moe, {})
-    autotune_list = {"flashinfer_trtllm", "flashinfer_mxfp4"} | (
-        {"flashinfer_cutlass"} if PATCH_AUTOTUNE in patches else set())
-    autotune = not c["disable_flashinfer_autotune"] and moe in autotune_list and "tuned" in runner
-    kv = c["kv_cache_dtype"]
-    kv_dtype = card["memory"]["kv_auto_dtype"] if kv == "auto" else ("bf16" if kv in ("bf16", "bfloat16") else "fp8")
-    graphs = not c["disable_cuda_graph"]
-    s = Setup(
-        card=card, graphs=graphs, graph_max_bs=int(c["cuda_graph_max_bs"]),
-        graph_bs=capture_list(int(c["cuda_graph_max_bs"])) if graphs else [],
-        max_running=int(c["max_running_requests"]), chunk=_chunk(c), mfs=float(c["mem_fraction_static"]),
-        kv_dtype=kv_dtype, kv_tokens=0, moe=moe,
-        moe_mult=float(runner.get("tuned" if autotune else "untuned", 1.0)), autotune=autotune,
-        radix=not c["disable_radix_cache"], chunked_prefix_cache=not c["disable_chunked_prefix_cache"],
-        pt1_prone=False, pt1_threshold=int(env.get("SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD",
-                                                   card["page_table_1_flattened"]["default_threshold"])),
-        nsa_prefill_trtllm=c["nsa_prefill_backend"] == "trtllm",
-        hang=bool(c.get(card["hang"]["flag"])), stream_interval=max(1, int(c["stream_interval"])),
-        watchdog_s=float(c["watchdog_timeout"]))
-    s.pt1_prone = (kv_dtype == "fp8" and s.chunked_prefix_cache and PATCH_PT1 not in patches
-                   and _metadata_lacks_field(c))
-    _plan_startup(s, card)
-    return s
-
-
-def _chunk(c: dict[str, Any]) -> int:
-    v = int(c["chunked_prefill_size"])
-    return 1 << 30 if v <= 0 else v
-
-
-def _metadata_lacks_field(c: dict[str, Any]) -> bool:
-    """True when the MHA prefill path finds metadata without page_table_1_flattened (reference §2 row 7)."""
-    attn = c["attention_backend"]
-    pre, dec = c["prefill_attention_backend"], c["decode_attention_backend"]
-    if pre is not None and dec is not None and pre != dec:
-        return True                                   # split prefill/decode backends: HybridAttnBackend
-    if "flashinfer" in (attn, pre):
-        return True
-    if attn == "nsa":
-        return not (c["nsa_prefill_backend"] == "trtllm" and c["nsa_decode_backend"] == "trtllm")
-    return False
-
-
-def _plan_startup(s: Setup, card: dict[str, Any]) -> None:
-    m, t = card["memory"], card["startup_s"]
-    free = (1.0 - s.mfs) * m["gpu_gb"]
-    s.phases = [("init", t["init"])]
-    if s.moe in card["moe"].get("unsupported", {}):
-        s.crash = StartupCrash("load_weights", "unsupported_backend", card["moe"]["unsupported"][s.moe])
-        return
-    s.phases.append(("load_weights", t["load_weights"]))
-    kv_gb = s.mfs * m["gpu_gb"] - m["weights_gb"]
-    if kv_gb <= 0:
-        s.crash = StartupCrash("memory_pool", "not_enough_memory", "RuntimeError: Not enough memory. "
-                               "Please try to increase --mem-fraction-static.")
-        return
-    s.kv_tokens = int(kv_gb * 1e9 / m["kv_bytes_per_token"][s.kv_dtype])
-    if free < m["activation_gb"]:
-        s.crash = _oom("kv_alloc", "cuda_oom_startup", m["activation_gb"] - free, free)
-        return
-    s.phases.append(("kv_alloc", t["kv_alloc"]))
-    if s.autotune:
-        if free < m["activation_gb"] + m["autotune_workspace_gb"]:
-            s.crash = _oom("autotune", "autotune_oom", m["autotune_workspace_gb"], free - m["activation_gb"])
-            return
-        s.phases.append(("autotune", t["autotune"]))
-    if s.graphs:
-        need = m["activation_gb"] + m["graph_fixed_gb"] + m["graph_per_bs_gb"] * s.graph_max_bs
-        if free < need:
-            s.crash = _oom("cuda_graph", "cuda_graph_capture_failed", need - free, free - m["activation_gb"])
-            s.crash.exception = "Exception: Capture cuda graph failed: " + s.crash.exception.split(": ", 1)[1]
-            return
-        s.phases.append(("cuda_graph", t["graph_per_bs"] * len(s.graph_bs)))
-    s.phases.append(("warmup", t["warmup"]))
-
-
-def _oom(phase: str, sig: str, short_gb: float, free_gb: float) -> StartupCrash:
-    mib = max(2.0, math.ceil(short_gb * 1024 / 2) * 2)
-    text = (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mib:.2f} MiB. GPU 0 has a total "
-            f"capacity of 94.97 GiB of which {max(free_gb, 0.0) * 1024:.2f} MiB is free.")
-    return StartupCrash(phase, sig, text, mib)

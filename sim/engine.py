@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tunectl.sim.card import Setup
+from tunectl.sim.setup import Setup
 from tunectl.sim.logs import Log
 from tunectl.sim.sched import Req, RuntimeCrash, Scheduler, Step
 
@@ -93,7 +93,7 @@ class Engine:
     def _deliver(self, step: Step) -> None:
         sched, every = self.sched, self.setup.stream_interval
         for r in step.joined:
-            r.first_token_t = self.vnow
+            r.first_token_t = self.vnow if r.first_token_t is None else r.first_token_t
         if step.kind == "decode":
             for r in sched.running.values():
                 g = sched.generated(r)
@@ -101,7 +101,7 @@ class Engine:
                     self.queues[r.rid].put_nowait(Update(g, False))
         else:
             for r in step.joined:
-                if r.output_len > 1:
+                if r.output_len > 1 and not r.done:
                     self.queues[r.rid].put_nowait(Update(1, False))
         for r in step.finished:
             r.finish_t = self.vnow
@@ -113,6 +113,9 @@ class Engine:
     def _log_step(self, step: Step) -> None:
         s = self.sched
         usage = s.kv_used / max(1, self.setup.kv_tokens)
+        if step.retracted:
+            self.log(f"KV cache pool is full. Retract requests. #retracted_reqs: {step.retracted}, "
+                     f"#new_token_ratio: {step.ratio[0]:.4f} -> {step.ratio[1]:.4f}", rank=True)
         if step.kind == "prefill":
             self.log(f"Prefill batch, #new-seq: {step.new_seq}, #new-token: {step.new_tokens}, "
                      f"#cached-token: {step.cached_tokens}, token usage: {usage:.2f}, "

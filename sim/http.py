@@ -58,7 +58,7 @@ class Api:
         name = self.st.served_name
         return web.json_response({"object": "list", "data": [{
             "id": name, "object": "model", "created": int(self.st.started), "owned_by": "sglang", "root": name,
-            "max_model_len": self.st.setup.card.get("context_len", 8192)}]})
+            "max_model_len": self.st.setup.card.context_len}]})
 
     async def flush_cache(self, _: web.Request) -> web.Response:
         eng: Engine = self.st.engine

@@ -17,7 +17,8 @@ from typing import Any
 from aiohttp import web
 
 from tunectl.sim import args as sim_args
-from tunectl.sim.card import load_card, resolve
+from tunectl.sim.card import load_card
+from tunectl.sim.setup import resolve
 from tunectl.sim.engine import Engine
 from tunectl.sim.http import Api
 from tunectl.sim.logs import Log
@@ -47,7 +48,7 @@ class State:
         self.engine: Engine | None = None
         self.ready = self.shutting_down = False
         self.started = time.time()
-        self.served_name = ns.served_model_name or ns.model_path or self.card["model"]
+        self.served_name = ns.served_model_name or ns.model_path or self.card.model
         self.children: list[subprocess.Popen[bytes]] = []
         self._tok = _tokenizer(ns.tokenizer_path or ns.model_path)
 
@@ -60,14 +61,15 @@ class State:
         return {"model_path": self.ns.model_path, "tokenizer_path": self.ns.tokenizer_path or self.ns.model_path,
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
                 "has_image_understanding": False, "has_audio_understanding": False,
-                "model_type": "glm_moe_dsa", "architectures": [self.card.get("architecture", "")]}
+                "model_type": self.card.model_type, "architectures": [self.card.architecture]}
 
     def server_info(self) -> dict[str, Any]:
         info = {k: v for k, v in vars(self.ns).items() if not k.startswith("sim_")}
         eng = self.engine
         info.update({
             "version": self.ns.sim_sglang_version, "launch_command": " ".join(self.argv), "launch_args": self.argv,
-            "sim_time_scale": self.ns.sim_time_scale, "sim_card": self.card["name"], "sim_seed": self.ns.sim_seed,
+            "sim_time_scale": self.ns.sim_time_scale, "sim_card": self.card.name, "sim_gpu": self.card.gpu.name,
+            "sim_seed": self.ns.sim_seed,
             "sim_patches": self.patches, "max_total_num_tokens": self.setup.kv_tokens,
             "internal_states": [{"last_gen_throughput": eng.last_gen_throughput if eng else 0.0,
                                  "avg_spec_accept_length": None, "#running-req": len(eng.sched.running) if eng else 0,
@@ -97,7 +99,7 @@ class State:
     def check_vocab(self, ids: list[int]) -> None:
         """A token id outside the vocabulary trips the embedding's index assert on the GPU and takes the server
         down (seen on real SGLang 0.5.17: `device-side assert triggered`, exit 137)."""
-        vocab = int(self.card.get("vocab_size", DEFAULT_VOCAB))
+        vocab = self.card.vocab_size
         if any(not 0 <= int(i) < vocab for i in ids):
             self.log.raw("../aten/src/ATen/native/cuda/Indexing.cu:1369: indexSelectSmallIndex: block: [0,0,0], "
                          "thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.")
@@ -116,7 +118,6 @@ class State:
         self.die("runtime", crash.exception, frames)
 
 
-DEFAULT_VOCAB = 154_880          # GLM-5's vocabulary; a card may set vocab_size
 DEVICE_ASSERT = ("torch.AcceleratorError: CUDA error: device-side assert triggered\n"
                  "Search for `cudaErrorAssert' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
                  " for more information.")

@@ -6,11 +6,14 @@ The same `Setup` and `Scheduler` the live stand-in runs, driven by a closed-loop
 from __future__ import annotations
 
 import itertools
+import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from tunectl.sim.card import Setup, StartupCrash, load_card, resolve
+from tunectl.sim.card import Card, load_card
 from tunectl.sim.sched import BLOCK, Req, RuntimeCrash, Scheduler
+from tunectl.sim.setup import Setup, StartupCrash, resolve
 
 __all__ = ["LevelOutcome", "VirtualLadder", "best_stable", "load_card", "resolve", "virtual_ladder"]
 
@@ -32,6 +35,7 @@ class VirtualLadder:
     startup_crash: StartupCrash | None = None
     crash: RuntimeCrash | None = None
     crash_level: int | None = None
+    retractions: int = 0                      # requests sent back to the queue because the KV pool was full
 
     @property
     def crashed(self) -> bool:
@@ -50,24 +54,33 @@ class VirtualLadder:
         return next((lv.output_throughput for lv in self.levels if lv.concurrency == concurrency), None)
 
 
-def virtual_ladder(card: dict[str, Any] | str, config: dict[str, Any], env: dict[str, str] | None = None,
+def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str] | None = None,
                    patches: Iterable[str] = (), levels: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
                    workload_kind: str = "random", input_len: int = 256, output_len: int = 128, seed: int = 0,
-                   prompts_per_level: int = 1, min_prompts: int = 8, shared_prefix_len: int = 2048) -> VirtualLadder:
+                   prompts_per_level: int = 1, min_prompts: int = 8, shared_prefix_len: int = 2048,
+                   range_ratio: float = 1.0) -> VirtualLadder:
+    """`range_ratio` < 1: each request's lengths drawn from [len x ratio, len] like `bench_serving
+    --random-range-ratio`, so requests do not finish in lockstep waves."""
     card = load_card(card) if isinstance(card, str) else card
     setup = resolve(card, config, env, list(patches))
     out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash)
     if setup.crash is not None:
         return out
-    sched, rid = Scheduler(setup, seed), itertools.count()
+    sched, rid, rng = Scheduler(setup, seed), itertools.count(), random.Random(seed)
+
+    def length(n: int) -> int:
+        return n if range_ratio >= 1.0 else rng.randint(max(1, int(n * range_ratio)), n)
+
     for c in levels:
         n = max(min_prompts, prompts_per_level * c)
-        reqs = [_make_req(next(rid), workload_kind, input_len, output_len, shared_prefix_len) for _ in range(n)]
+        reqs = [_make_req(next(rid), workload_kind, length(input_len), length(output_len), shared_prefix_len)
+                for _ in range(n)]
         level, crash = _run_level(sched, setup, c, reqs)
         out.levels.append(level)
         if crash is not None:
             out.crash, out.crash_level = crash, c
             break
+    out.retractions = sched.retractions
     return out
 
 
@@ -94,7 +107,7 @@ def _run_level(sched: Scheduler, setup: Setup, c: int, reqs: list[Req]) -> tuple
         if step.crash is not None:
             return LevelOutcome(c, None, len(done), now - start), step.crash
         for r in step.joined:
-            r.first_token_t = now
+            r.first_token_t = now if r.first_token_t is None else r.first_token_t
         for r in step.finished:
             r.finish_t = now
             done.append(r)
@@ -113,7 +126,7 @@ def _watchdog_text(setup: Setup) -> str:
     return f"Scheduler watchdog timeout (self.watchdog_timeout={setup.watchdog_s:g}, self.soft=False)"
 
 
-def best_stable(card: dict[str, Any] | str, base: dict[str, Any], space: dict[str, list[Any]],
+def best_stable(card: Card | str, base: dict[str, Any], space: dict[str, list[Any]],
                 patch_knobs: dict[str, str] | None = None, seeds: Iterable[int] = (0, 1, 2),
                 **ladder_kw: Any) -> tuple[float, dict[str, Any]]:
     """Exhaustive search over `space` (flag -> choices; a knob named in `patch_knobs` maps to a patch id and

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tunectl.sim.card import Setup
+from tunectl.sim.setup import Setup
 
 _DTYPE = {"fp8": "torch.float8_e4m3fn", "bf16": "torch.bfloat16"}
 
@@ -16,16 +16,17 @@ def _server_args(ns: Any) -> str:
 
 def _milestones(s: Setup, phase: str) -> tuple[list[str], list[str]]:
     """(lines logged when the phase begins, lines logged when it ends)."""
-    m = s.card["memory"]
-    gpu, weights = m["gpu_gb"] - 1.5, m["weights_gb"]
-    after_static = gpu - s.mfs * m["gpu_gb"] + 1.5
-    kv_gb = s.kv_tokens * m["kv_bytes_per_token"][s.kv_dtype] / 1e9
+    m = s.card.memory
+    gpu, weights = s.card.gpu.memory_gb - 1.5, m.weights_gb
+    after_static = gpu - s.mfs * s.card.gpu.memory_gb + 1.5
+    kv_gb = s.kv_tokens * m.kv_bytes_per_token[s.kv_dtype] / 1e9
+    graph_gb = m.graph_fixed_gb + m.graph_per_bs_gb * s.graph_max_bs
     sec = dict(s.phases)
     return {
         "init": (["Init torch distributed begin."], ["Init torch distributed ends. elapsed=3.91 s, mem usage=0.52 GB"]),
         "load_weights": ([f"Load weight begin. avail mem={gpu:.2f} GB"],
                          [f"Load weight end. elapsed={sec.get('load_weights', 0):.2f} s, "
-                          f"type={s.card.get('architecture')}, avail mem={gpu - weights:.2f} GB, "
+                          f"type={s.card.architecture}, avail mem={gpu - weights:.2f} GB, "
                           f"mem usage={weights:.2f} GB."]),
         "kv_alloc": ([], [f"KV Cache is allocated. dtype: {_DTYPE[s.kv_dtype]}, #tokens: {s.kv_tokens}, "
                           f"KV size: {kv_gb:.2f} GB", f"Memory pool end. avail mem={after_static:.2f} GB"]),
@@ -33,8 +34,7 @@ def _milestones(s: Setup, phase: str) -> tuple[list[str], list[str]]:
         "cuda_graph": ([f"Capture cuda graph begin. This can take up to several minutes. "
                         f"avail mem={after_static:.2f} GB"],
                        [f"Capture cuda graph end. Time elapsed: {sec.get('cuda_graph', 0):.2f} s. mem usage="
-                        f"{m['graph_fixed_gb'] + m['graph_per_bs_gb'] * s.graph_max_bs:.2f} GB. "
-                        f"avail mem={after_static - m['graph_per_bs_gb'] * s.graph_max_bs:.2f} GB."]),
+                        f"{graph_gb:.2f} GB. avail mem={after_static - graph_gb:.2f} GB."]),
         "warmup": ([], []),
     }.get(phase, ([], []))
 
@@ -65,5 +65,5 @@ async def run_startup(st: Any, scale: float) -> None:
         return
     log(f"max_total_num_tokens={s.kv_tokens}, chunked_prefill_size={min(s.chunk, 1 << 20)}, "
         f"max_prefill_tokens=16384, max_running_requests={s.max_running}, "
-        f"context_len={s.card.get('context_len')}, available_gpu_mem={(1 - s.mfs) * s.card['memory']['gpu_gb']:.2f} GB",
+        f"context_len={s.card.context_len}, available_gpu_mem={(1 - s.mfs) * s.card.gpu.memory_gb:.2f} GB",
         rank=True)

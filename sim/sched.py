@@ -10,10 +10,12 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from tunectl.sim.card import Setup
+from tunectl.sim.setup import Setup
 
 BLOCK = 64   # radix cache granularity of the stand-in (tokens)
+RETRACT_STEPS = 20   # a retraction frees room for this many decode steps (SGLang's retract_decode_steps)
 
 
 @dataclass
@@ -29,6 +31,11 @@ class Req:
     first_token_t: float | None = None
     finish_t: float | None = None
     fresh: bool = True
+    done: int = 0          # tokens generated before a retraction (re-prefilled with the prompt when it rejoins)
+
+    @property
+    def fill_len(self) -> int:
+        return self.input_len + self.done
 
 
 @dataclass
@@ -49,6 +56,8 @@ class Step:
     joined: list[Req] = field(default_factory=list)     # got their first token in this step
     finished: list[Req] = field(default_factory=list)
     crash: RuntimeCrash | None = None
+    retracted: int = 0          # requests sent back to the queue because the KV pool was full
+    ratio: tuple[float, float] = (0.0, 0.0)   # new_token_ratio before -> after the retraction
 
 
 PT1_EXC = "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'"
@@ -66,12 +75,19 @@ class Scheduler:
         self.kv_used = 0
         self.radix: set[object] = set()
         self.hung = False
+        self.base_ratio = setup.card.admission.new_token_ratio
+        self.ratio = self.base_ratio
+        self.reserved = 0          # tokens the running requests still generate (their share is held back)
+        self.retractions = 0
 
     def add(self, req: Req) -> None:
         self.waiting.append(req)
 
     def generated(self, r: Req) -> int:
         return 0 if r.start_step < 0 else min(r.output_len, 1 + self.counter - r.start_step)
+
+    def _finish_step(self, r: Req) -> int:
+        return r.start_step + r.output_len - 1
 
     def idle(self) -> bool:
         return not self.waiting and not self.running
@@ -93,24 +109,25 @@ class Scheduler:
     # ------------------------------------------------------------------------------------- prefill
     def _prefill(self) -> Step | None:
         budget, batch, tokens, prefix_sum, cached = self.s.chunk, [], 0, 0, 0
-        ratio = self.s.card["admission"]["new_token_ratio"]
+        held, added = self.ratio * self.reserved, 0.0
         while self.waiting and budget > 0 and len(self.running) + len(batch) < self.s.max_running:
             r = self.waiting[0]
             if r.fresh:
-                need = r.input_len - self._radix_hit(r) + ratio * r.output_len
-                if self.kv_used + need > self.s.kv_tokens and (self.running or batch):
+                need = r.fill_len - self._radix_hit(r) + self.ratio * (r.output_len - r.done)
+                if self.kv_used + held + added + need > self.s.kv_tokens and (self.running or batch):
                     break
+                added += self.ratio * (r.output_len - r.done)
                 r.fresh = False
                 r.cached = r.prefilled = self._radix_hit(r)
                 cached += r.cached
                 self.kv_used += r.cached
-            take = min(r.input_len - r.prefilled, budget)
+            take = min(r.fill_len - r.prefilled, budget)
             prefix_sum += r.prefilled
             r.prefilled += take
             tokens, budget = tokens + take, budget - take
             self.kv_used += take
             batch.append(r)
-            if r.prefilled < r.input_len:
+            if r.prefilled < r.fill_len:
                 break
             self.waiting.popleft()
         if not batch:
@@ -119,7 +136,7 @@ class Scheduler:
                     cached_tokens=cached)
         step.crash = self._pt1_crash(len(batch), len(self.running), prefix_sum)
         for r in batch:
-            if r.prefilled >= r.input_len:
+            if r.prefilled >= r.fill_len:
                 self._join(r, step)
         return step
 
@@ -131,20 +148,21 @@ class Scheduler:
             if key not in self.radix:
                 break
             n += 1
-        return min(n * BLOCK, r.input_len - 1)
+        return min(n * BLOCK, r.fill_len - 1)
 
     def _join(self, r: Req, step: Step) -> None:
         if self.s.radix:
             self.radix.update(r.block_keys)
-        r.start_step = self.counter
+        r.start_step = self.counter - r.done          # a rejoining request keeps the tokens it had
         self.kv_used += 1
         step.joined.append(r)
-        if r.output_len <= 1:
+        if r.done + 1 >= r.output_len:
             step.finished.append(r)
-            self.kv_used -= r.input_len + 1
+            self.kv_used -= r.fill_len + 1
             return
         self.running[r.rid] = r
-        heapq.heappush(self._finish, (self.counter + r.output_len - 1, r.rid))
+        self.reserved += r.output_len - r.done - 1
+        heapq.heappush(self._finish, (self._finish_step(r), r.rid))
 
     def _pt1_crash(self, n: int, running: int, prefix_sum: int) -> RuntimeCrash | None:
         if not self.s.pt1_prone:
@@ -154,8 +172,9 @@ class Scheduler:
             return RuntimeCrash("page_table_1_flattened", PT1_EXC)
         if running == 0:
             return None
-        cfg = self.s.card["page_table_1_flattened"]
-        hazard = (n / cfg["ref_batch_reqs"]) * math.exp(-gap / (cfg["tokens_per_running"] * running))
+        cfg = self.s.card.page_table_1_flattened
+        assert cfg is not None
+        hazard = (n / cfg.ref_batch_reqs) * math.exp(-gap / (cfg.tokens_per_running * running))
         if self.rng.random() < 1.0 - math.exp(-hazard):
             return RuntimeCrash("page_table_1_flattened", PT1_EXC)
         return None
@@ -163,17 +182,50 @@ class Scheduler:
     # -------------------------------------------------------------------------------------- decode
     def _decode(self) -> Step:
         bs = len(self.running)
-        if self.s.hang and bs >= self.s.card["hang"]["min_bs"]:
+        if self.s.hang and self.s.card.hang is not None and bs >= self.s.card.hang.min_bs:
             self.hung = True
             return Step("hang", 0.0, bs=bs)
-        step = Step("decode", self.s.decode_ms(bs), bs=bs, graph=self.s.graph_used(bs))
+        retracted, before = 0, self.ratio
+        if self.kv_used + bs > self.s.kv_tokens:
+            retracted = self._retract(bs)
+            bs = len(self.running)
+        step = Step("decode", self.s.decode_ms(bs, self.kv_used), bs=bs, graph=self.s.graph_used(bs),
+                    retracted=retracted, ratio=(before, self.ratio))
+        if self.kv_used + bs > self.s.kv_tokens:
+            step.crash = RuntimeCrash("decode_oom", DECODE_OOM_EXC)
+            return step
         self.counter += 1
         self.kv_used += bs
-        if self.kv_used > self.s.kv_tokens:
-            step.crash = RuntimeCrash("decode_oom", DECODE_OOM_EXC)
+        self.reserved -= bs
+        if not retracted and self.ratio > self.base_ratio:
+            self.ratio = max(self.base_ratio, self.ratio - (1.0 - self.base_ratio) / self.s.card.admission.retract_decay_steps)
         while self._finish and self._finish[0][0] <= self.counter:
-            _, rid = heapq.heappop(self._finish)
-            r = self.running.pop(rid)
+            at, rid = heapq.heappop(self._finish)
+            r = self.running.get(rid)
+            if r is None or self._finish_step(r) != at:
+                continue                          # retracted since: a stale entry
+            del self.running[rid]
             self.kv_used -= r.input_len + r.output_len
             step.finished.append(r)
         return step
+
+    def _retract(self, bs: int) -> int:
+        """The KV pool cannot take one more token per running request: send requests back to the queue (the
+        youngest first, as SGLang does) until the rest can decode RETRACT_STEPS more steps, and make admission conservative (ratio -> 1). A single
+        request that still does not fit is a decode OOM."""
+        order = sorted(self.running.values(), key=attrgetter("start_step"), reverse=True)
+        n = 0
+        for r in order:
+            if self.kv_used + len(self.running) * RETRACT_STEPS <= self.s.kv_tokens or len(self.running) <= 1:
+                break
+            g = self.generated(r)
+            del self.running[r.rid]
+            self.kv_used -= r.input_len + g
+            self.reserved -= r.output_len - g
+            r.done, r.fresh, r.prefilled = g, True, 0
+            self.waiting.appendleft(r)
+            n += 1
+        if n:
+            self.retractions += n
+            self.ratio = 1.0
+        return n

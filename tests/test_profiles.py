@@ -4,9 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tunectl.errors import ProfileError
+from tests._badyaml import bad_yaml_error
 from tunectl.flags import bundled_flags
 from tunectl.profile import load_profile
 
@@ -38,15 +37,7 @@ def test_seed_profiles_share_the_search_space() -> None:
 
 
 def _bad(tmp_path: Path, edit) -> str:
-    data = yaml.safe_load(SIM.read_text())
-    edit(data)
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(ProfileError) as info:
-        load_profile(path)
-    msg = str(info.value)
-    assert "\n" not in msg and msg.startswith(f"{path}:")
-    return msg
+    return bad_yaml_error(tmp_path, SIM, edit, load_profile)
 
 
 def test_unknown_key(tmp_path: Path) -> None:

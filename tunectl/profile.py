@@ -6,22 +6,16 @@ Precedence: model defaults, then the YAML file, then CLI overrides (`--set`). A 
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from tunectl.errors import ProfileError
 from tunectl.redact import SECRET_FLAGS
+from tunectl.yamlmodel import Strict, load_model
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class ModelSpec(Strict):
@@ -262,113 +256,23 @@ class Profile(Strict):
 
 # ---------------------------------------------------------------------------------------------- loading
 
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """Walk a composed YAML node tree along a pydantic error location; return a 1-based line."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            nxt = next((v for k, v in node.value if k.value == str(part)), None)
-            if nxt is None:
-                key = next((k for k, _ in node.value if k.value == str(part)), None)
-                return key.start_mark.line + 1 if key is not None else line
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
-            break
-        line = node.start_mark.line + 1
-    return line
-
-
-def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
-    for part in loc:
-        if isinstance(data, dict) and part in data:
-            data = data[part]
-        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
-            data = data[part]
-        else:
-            return None
-    return data
-
-
-def _problem(err: dict[str, Any]) -> str:
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        return "unknown key"
-    if err["type"] == "literal_error":
-        expected = err.get("ctx", {}).get("expected", "")
-        return f"must be one of {expected}"
-    return msg.removeprefix("Value error, ")
-
-
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # pydantic appends the literal/union member name to some locations; keep the data path only
-    return tuple(p for p in loc if not (isinstance(p, str) and (p.startswith("literal[") or p in ("str", "int"))))
-
-
-def profile_error(file: str, exc: ValidationError, data: Any, root: yaml.Node | None) -> ProfileError:
-    err = exc.errors()[0]
-    loc = _clean_loc(tuple(err["loc"]))
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    value = _value_at(data, loc)
-    problem = _problem(err)
-    inner = re.match(r"([\w.-]+(?:\[\d+\])?(?:\.[\w-]+)*): (.*)", problem, re.S)
-    if inner and inner.group(1).startswith(f"{field}."):     # a section's check names the exact field: point there
-        loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", inner.group(1)) if p)
-        field, problem, value = inner.group(1), inner.group(2), None      # the check's message says the value
-    if err["type"] == "extra_forbidden":
-        parent = _value_at(data, loc[:-1])
-        model = _model_at(loc[:-1])
-        if model is not None and isinstance(parent, dict):
-            problem += f"; valid keys: {', '.join(sorted(model.model_fields))}"
-    return ProfileError(file, field, value, problem, _line_of(root, loc))
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: Any = Profile
-    for part in loc:
-        fld = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
-        if fld is None:
-            # dict[str, ParamSpec] entries
-            if model is SearchSpec or model is ParamSpec:
-                model = ParamSpec
-                continue
-            return None
-        ann = fld.annotation
-        args = getattr(ann, "__args__", ())
-        cand = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not cand and args:
-            cand = [a for a in getattr(args[-1], "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
-        model = cand[0] if cand else None
-        if model is None:
-            return None
-    return model
-
-
 def load_profile(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> Profile:
-    """Load and validate a profile file. `overrides` are dotted paths (`server.port`) applied after YAML."""
-    file = str(path)
-    try:
-        text = Path(file).read_text()
-    except OSError as e:
-        raise ProfileError(file, "(file)", file, f"cannot read: {e.strerror}") from None
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ProfileError(file, "(yaml)", None, f"not valid YAML: {getattr(e, 'problem', e)}",
-                           mark.line + 1 if mark else None) from None
-    if not isinstance(data, dict):
-        raise ProfileError(file, "(top level)", data, "a profile is a YAML mapping")
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted.split("."), value)
-    try:
-        prof = Profile.model_validate(data)
-    except ValidationError as e:
-        raise profile_error(file, e, data, root) from None
-    prof.source = file
+    """Load and validate a profile file. `overrides` are dotted paths (`server.port`) applied after YAML.
+    A relative sim card path resolves against the profile's folder."""
+    def edit(data: dict[str, Any]) -> None:
+        for dotted, value in (overrides or {}).items():
+            _set_dotted(data, dotted.split("."), value)
+
+    prof = load_model(path, Profile, "profile", edit)
+    prof.source = str(path)
+    card = prof.server.sim.card
+    if _is_path(card) and not Path(card).is_absolute():
+        prof.server.sim.card = str((Path(path).parent / card).resolve())
     return prof
+
+
+def _is_path(card: str) -> bool:
+    return "/" in card or card.endswith((".yaml", ".yml"))
 
 
 def _set_dotted(data: dict[str, Any], parts: list[str], value: Any) -> None:

@@ -32,7 +32,7 @@ class VirtualEvaluator:
         lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels, workload_kind=wl.kind,
                              input_len=wl.input_len, output_len=wl.output_len, seed=self.seed * 100003 + n,
                              prompts_per_level=wl.prompts_per_level, min_prompts=wl.min_prompts,
-                             shared_prefix_len=wl.shared_prefix_len)
+                             shared_prefix_len=wl.shared_prefix_len, range_ratio=wl.range_ratio)
         res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual",
                           ready_s=lad.startup_s)
         if lad.startup_crash is not None:

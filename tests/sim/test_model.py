@@ -89,12 +89,15 @@ def test_autotune_oom_only_with_the_patch() -> None:
     assert ladder({**cfg, "disable-flashinfer-autotune": True}, (AUTOTUNE,), levels=[1]).startup_crash is None
 
 
-def test_decode_out_of_memory_with_a_small_kv_pool() -> None:
+def test_kv_pressure_retracts_before_it_crashes() -> None:
     cfg = {**SEEDS, "kv-cache-dtype": "bf16", "mem-fraction-static": 0.62}
-    lad = ladder(cfg)
-    assert lad.signature == "decode_oom" and lad.crash_level == 256       # 256 x 384 tokens > the bf16 pool
-    assert not ladder({**cfg, "max-running-requests": 128}).crashed
-    assert not ladder({**cfg, "mem-fraction-static": 0.8}).crashed
+    lad = ladder(cfg, levels=[64, 256])       # 256 x 384 tokens > the bf16 pool: requests go back to the queue
+    assert not lad.crashed and lad.retractions > 0
+    capped = ladder({**cfg, "max-running-requests": 128}, levels=[64, 256])
+    assert capped.retractions == 0 and capped.at(256) > 0
+    assert ladder({**cfg, "mem-fraction-static": 0.8}, levels=[64, 256]).retractions == 0
+    tiny = ladder({**cfg, "mem-fraction-static": 0.5417}, levels=[1])   # one request does not fit at all
+    assert tiny.signature == "decode_oom" and tiny.crash_level == 1
 
 
 def test_hang_is_caught_by_the_watchdog() -> None:
@@ -112,7 +115,7 @@ def test_virtual_ladder_is_cheap() -> None:
 
 
 def test_documented_best_stable_matches_the_model() -> None:
-    best = CARD["landscape"]["best_stable"]
-    runs = [ladder({**BASELINE, **best["flags"]}, tuple(best["patches"]), seed=s) for s in range(5)]
+    best = CARD.landscape.best_stable
+    runs = [ladder({**BASELINE, **best.flags}, tuple(best.patches), seed=s) for s in range(5)]
     assert not any(r.crashed for r in runs)
-    assert min(r.at(best["concurrency"]) for r in runs) == pytest.approx(best["output_throughput"], rel=0.02)
+    assert min(r.at(best.concurrency) for r in runs) == pytest.approx(best.output_throughput, rel=0.02)
