@@ -15,15 +15,14 @@ import time
 from typing import Any
 
 from aiohttp import web
-
 from tunectl.sim import args as sim_args
 from tunectl.sim.card import load_card
-from tunectl.sim.setup import resolve
 from tunectl.sim.engine import Engine
 from tunectl.sim.http import Api
-from tunectl.sim.logs import Log
+from tunectl.sim.logs import Log, runtime_crash
 from tunectl.sim.phases import run_startup
 from tunectl.sim.sched import Req, RuntimeCrash
+from tunectl.sim.setup import resolve
 
 CHILD = ("import ctypes, os, signal, sys\n"
          "libc = ctypes.CDLL(None)\n"
@@ -77,19 +76,18 @@ class State:
         return info
 
     # ------------------------------------------------------------------------------------ dying
-    def die(self, crash_phase: str, exception: str, frames: str, extra: str | None = None) -> None:
-        self.log.exception(frames, exception, extra)
+    def die(self, crash_phase: str, exception: str, frames: str | None, extra: str | None = None) -> None:
+        if frames is not None:
+            self.log.exception(frames, exception, extra)
         if os.environ.get("SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION", "") in ("1", "true", "True"):
             os.killpg(os.getpgrp(), signal.SIGKILL)
-        if crash_phase == "startup":
-            self.log("Received sigquit from a child process. It usually means the child failed.")
-        else:
-            self.log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
-        self.kill_tree()
+        self.log.death(crash_phase, os.getpid())
+        self.kill_tree(logged=True)
 
-    def kill_tree(self) -> None:
+    def kill_tree(self, logged: bool = False) -> None:
         pid = os.getpid()
-        self.log(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
+        if not logged:
+            self.log(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
         for ch in self.children:
             if ch.poll() is None:
                 ch.kill()
@@ -106,15 +104,9 @@ class State:
             self.die("runtime", DEVICE_ASSERT, "device_side_assert")
 
     def on_runtime_crash(self, crash: RuntimeCrash) -> None:
-        if crash.signature == "decode_oom":
-            self.log("KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.3000 -> 1.0000",
-                     rank=True)
-        frames = "page_table_1_flattened" if crash.signature == "page_table_1_flattened" else "decode_oom"
-        if crash.signature == "watchdog_timeout":
-            self.log(crash.exception, rank=True)
-            self.log("Pyspy failed (py-spy is not installed).", rank=True)
-            self.log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
-            self.kill_tree()
+        before, frames = runtime_crash(crash.signature, crash.exception)
+        for line in before:
+            self.log(line, rank=True)
         self.die("runtime", crash.exception, frames)
 
 

@@ -51,6 +51,21 @@ FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
 }
 
 
+SIGQUIT_STARTUP = "Received sigquit from a child process. It usually means the child failed."
+SIGQUIT_SERVING = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+RETRACT = "KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_token_ratio: {a:.4f} -> {b:.4f}"
+
+
+def runtime_crash(signature: str, exception: str) -> tuple[list[str], str | None]:
+    """What the scheduler logs before a runtime crash's traceback, and its traceback's frames (None: no
+    traceback, the watchdog kills the server itself)."""
+    if signature == "watchdog_timeout":
+        return [exception, "Pyspy failed (py-spy is not installed)."], None
+    if signature == "decode_oom":
+        return [RETRACT.format(n=1, a=0.3, b=1.0)], "decode_oom"
+    return [], signature if signature in FRAMES else "device_side_assert"
+
+
 def ts() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
@@ -65,6 +80,11 @@ class Log:
     def __call__(self, msg: str, rank: bool = False) -> None:
         self.out.write(f"[{ts()}{self.tag if rank else ''}] {msg}\n")
         self.out.flush()
+
+    def death(self, crash_phase: str, pid: int) -> None:
+        """The lines after a crash's traceback: the parent's sigquit line and the process-tree kill."""
+        self(SIGQUIT_STARTUP if crash_phase == "startup" else SIGQUIT_SERVING)
+        self(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
 
     def raw(self, text: str) -> None:
         self.out.write(text if text.endswith("\n") else text + "\n")

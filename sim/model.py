@@ -36,6 +36,7 @@ class VirtualLadder:
     crash: RuntimeCrash | None = None
     crash_level: int | None = None
     retractions: int = 0                      # requests sent back to the queue because the KV pool was full
+    setup: Setup | None = None                # what the flags resolved to (sim/transcript.py renders its log)
 
     @property
     def crashed(self) -> bool:
@@ -63,7 +64,7 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
     --random-range-ratio`, so requests do not finish in lockstep waves."""
     card = load_card(card) if isinstance(card, str) else card
     setup = resolve(card, config, env, list(patches))
-    out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash)
+    out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash, setup=setup)
     if setup.crash is not None:
         return out
     sched, rid, rng = Scheduler(setup, seed), itertools.count(), random.Random(seed)

@@ -39,6 +39,27 @@ def _milestones(s: Setup, phase: str) -> tuple[list[str], list[str]]:
     }.get(phase, ([], []))
 
 
+def ready_line(s: Setup) -> str:
+    """The scheduler's line with the pool and limits (the real one is logged after graph capture)."""
+    m = s.card.memory
+    graph_gb = m.graph_fixed_gb + m.graph_per_bs_gb * s.graph_max_bs if s.graphs else 0.0
+    return (f"max_total_num_tokens={s.kv_tokens}, chunked_prefill_size={min(s.chunk, 1 << 20)}, "
+            f"max_prefill_tokens=16384, max_running_requests={s.max_running}, context_len={s.card.context_len}, "
+            f"available_gpu_mem={(1 - s.mfs) * s.card.gpu.memory_gb - graph_gb:.2f} GB")
+
+
+def startup_script(s: Setup) -> list[tuple[list[str], float, list[str]]]:
+    """(lines at the start, modeled seconds, lines at the end) per phase; a startup crash ends with the failing
+    phase's opening lines (its traceback follows)."""
+    script = []
+    for phase, seconds in s.phases:
+        begin, end = _milestones(s, phase)
+        script.append((begin, seconds, [] if phase == "warmup" else end))
+    if s.crash is not None:
+        script.append((_milestones(s, s.crash.phase)[0], 0.0, []))
+    return script
+
+
 async def run_startup(st: Any, scale: float) -> None:
     s: Setup = st.setup
     log = st.log
@@ -48,22 +69,13 @@ async def run_startup(st: Any, scale: float) -> None:
         log(f"tunectl patch 0003: moe_runner_backend={opt.get('moe_runner_backend') or 'auto'}, "
             f"moe_a2a_backend={opt.get('moe_a2a_backend') or 'none'}, "
             f"flashinfer_autotune={'off' if opt.get('disable_flashinfer_autotune') else 'on'}")
-    for phase, seconds in s.phases:
-        begin, end = _milestones(s, phase)
+    for begin, seconds, end in startup_script(s):
         for line in begin:
             log(line, rank=True)
-        await asyncio.sleep(seconds * scale)
-        if phase == "warmup":
-            continue
+        await asyncio.sleep(seconds * scale if seconds else 0.01 if s.crash else 0)
         for line in end:
             log(line, rank=True)
     if s.crash is not None:
-        for line in _milestones(s, s.crash.phase)[0]:
-            log(line, rank=True)
-        await asyncio.sleep(0.01)
         st.die("startup", s.crash.exception, "startup", s.crash.phase)
         return
-    log(f"max_total_num_tokens={s.kv_tokens}, chunked_prefill_size={min(s.chunk, 1 << 20)}, "
-        f"max_prefill_tokens=16384, max_running_requests={s.max_running}, "
-        f"context_len={s.card.context_len}, available_gpu_mem={(1 - s.mfs) * s.card.gpu.memory_gb:.2f} GB",
-        rank=True)
+    log(ready_line(s), rank=True)

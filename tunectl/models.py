@@ -153,6 +153,8 @@ class TrialResult:
     launch: LaunchPlan | None = None
     ready_s: float | None = None                # launch -> ready
     startup_phases: dict[str, float] = field(default_factory=dict)  # milestone -> seconds since launch
+    server_facts: dict[str, float] = field(default_factory=dict)    # read from the server log: pool, limits,
+                                                                    # free memory, retracted requests
     teardown: dict[str, Any] = field(default_factory=dict)  # {"verdict": "clean"|"dirty", "seconds": .., ...}
     host: str = "local"
     sglang_version: str = ""

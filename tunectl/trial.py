@@ -121,6 +121,7 @@ def _measure(ctx: TrialContext, srv: lifecycle.Server, result: TrialResult, on_e
     prof, store = ctx.profile, ctx.store
     startup = lifecycle.wait_ready(srv, on_event)
     result.startup_phases, result.ready_s = startup.phases, startup.ready_s
+    result.server_facts = srv.watcher.facts           # the same dict: facts logged under load join it
     if not startup.ready:
         result.status, result.crash = _crash_status(startup.crash), startup.crash
         _emit(on_event, "crash", crash=startup.crash.to_dict() if startup.crash else None)

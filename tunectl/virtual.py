@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tunectl import knobs
-from tunectl.models import CrashInfo, LevelResult, TrialResult
+from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
 
 
@@ -35,21 +35,18 @@ class VirtualEvaluator:
                              shared_prefix_len=wl.shared_prefix_len, range_ratio=wl.range_ratio)
         res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual",
                           ready_s=lad.startup_s)
+        watcher = read_log(lad)
+        res.server_facts = dict(watcher.facts)
         if lad.startup_crash is not None:
-            c = lad.startup_crash
-            res.status = "crashed"
-            res.crash = CrashInfo("config_error", c.signature, "startup", exception_line=c.exception,
-                                  exit_code=137, message=f"startup crash in {c.phase}")
+            res.status, res.crash = "crashed", watcher.crash_info("startup", None, KILLED)
             return res
         for lv in lad.levels:
             if lv.output_throughput is None:
-                cls = "hang" if lad.crash and lad.crash.signature == "watchdog_timeout" else "load_crash"
-                res.crash = CrashInfo(cls, lad.signature or "unknown", "load", level=lv.concurrency,
-                                      exit_code=137, message=f"crashed at concurrency {lv.concurrency}")
-                res.levels.append(LevelResult(lv.concurrency, "crashed", wl.kind, crash=res.crash))
+                res.crash = watcher.crash_info("load", lv.concurrency, KILLED)
+                res.levels.append(LevelResult(lv.concurrency, "crashed", wl.label, crash=res.crash))
                 res.status = "crashed"
                 break
-            out = LevelResult(lv.concurrency, "ok", wl.kind, completed=lv.completed, duration_s=lv.duration_s,
+            out = LevelResult(lv.concurrency, "ok", wl.label, completed=lv.completed, duration_s=lv.duration_s,
                               metrics={"output_throughput": lv.output_throughput,
                                        "mean_ttft_ms": lv.mean_ttft_ms, "p99_ttft_ms": lv.p99_ttft_ms})
             res.levels.append(out)
@@ -77,3 +74,18 @@ def recorded(evaluate: Callable[..., TrialResult], prof: Profile, store: Any) ->
         return res
 
     return run
+
+
+KILLED = 137          # the stand-in SIGKILLs itself after a crash, like SGLang's kill_process_tree
+
+
+def read_log(lad: Any) -> Any:
+    """The stand-in's log for this virtual run (sim/transcript.py), read by the live path's log watcher: the same
+    crash signatures, exception lines and facts (pool size, free memory, retractions) as a live trial."""
+    from tunectl.runners.crashes import LogWatcher
+    from tunectl.sim.transcript import transcript
+
+    watcher = LogWatcher()
+    watcher.feed(transcript(lad.setup, lad).encode(), 0.0)
+    watcher.flush(0.0)
+    return watcher

@@ -12,8 +12,9 @@ Public API (the lifecycle codes against these names):
 - `repairs_for(signature, text="") -> tuple[Repair, ...]`: the catalog's machine-readable repairs for a signature
   id (or, for an id the catalog does not know, for the signature the text, e.g. an exception line, matches).
 - `LogWatcher`: fed raw byte chunks (`feed(data, now)`) as the log is tailed from an offset. Tracks startup
-  milestones with the time seen (`milestones`, `last_milestone`), startup facts (`facts`:
-  max_total_num_tokens, chunked_prefill_size, ...), token progress (`prefill_batches`, `decode_batches`,
+  milestones with the time seen (`milestones`, `last_milestone`), facts (`facts`: max_total_num_tokens,
+  chunked_prefill_size, max_running_requests, available_gpu_mem_gb, ... and retracted_reqs, the requests the
+  scheduler sent back to the queue because the KV pool was full), token progress (`prefill_batches`, `decode_batches`,
   `last_progress_at`), and death (`crashed`, `first_traceback_at`, `first_traceback_offset`,
   `crash_info(phase, level, exit_code, detected_at=None)`). Detection happens inside `feed`, on the line
   that shows it. After a `SIGTERM received` line (or `mark_stopping()`) death markers are a normal stop.
@@ -43,6 +44,7 @@ __all__ = ["DEATH_MARKERS", "LOWER", "MILESTONES", "RAISE", "SIGNATURES", "LogWa
 _TRACEBACK = "Traceback (most recent call last)"
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")
 _LOG_RECORD = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_RECORD_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")
 _EXCERPT_LINES = 12
 
 # milestone name -> substring/regex seen in the log (SGLang 0.5.x), in startup order
@@ -63,6 +65,8 @@ MILESTONES: dict[str, re.Pattern[str]] = {name: re.compile(rx) for name, rx in (
 _FACTS = re.compile(r"\b(max_total_num_tokens|chunked_prefill_size|max_prefill_tokens|max_running_requests"
                     r"|context_len)=(\d+)")
 _PROGRESS = re.compile(r"\b(Prefill|Decode) batch[,.]")
+_FREE_GB = re.compile(r"available_gpu_mem=([\d.]+) GB")
+_RETRACTED = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
 _EXIT_CRASH = {137, -9, 134, -6, 139, -11, 1}
 
 
@@ -152,6 +156,7 @@ def classify(text: str, phase: str, level: int | None = None, exit_code: int | N
     if not exc:
         exc = next((ln.strip() for ln in lines[max(0, start - 200):] if sig and sig.regex.search(ln)),
                    evidence[0].strip() if evidence else "")
+        exc = _RECORD_PREFIX.sub("", exc)           # the message, not the log record's time stamp
     cls = sig.class_for(phase) if sig else _unknown_class(phase)
     desc = f"{sig.description}; try: {sig.hint}" if sig else f"server died ({phase}) with no known signature"
     return CrashInfo(cls=cls, signature=sig.id if sig else "unknown", phase=phase,
@@ -174,7 +179,7 @@ class LogWatcher:
         self._tb_start: tuple[float, int, int] | None = None   # (time, offset, line number)
         self.milestones: dict[str, float] = {}
         self.last_milestone: tuple[str, float] | None = None
-        self.facts: dict[str, int] = {}
+        self.facts: dict[str, float] = {}
         self.prefill_batches = 0
         self.decode_batches = 0
         self.last_progress_at: float | None = None
@@ -249,6 +254,12 @@ class LogWatcher:
                 self.last_milestone = (name, now)
         if "max_total_num_tokens=" in line and "server_args=" not in line:
             self.facts.update((k, int(v)) for k, v in _FACTS.findall(line))
+            free = _FREE_GB.search(line)
+            if free:
+                self.facts["available_gpu_mem_gb"] = float(free.group(1))
+        retracted = _RETRACTED.search(line)
+        if retracted:
+            self.facts["retracted_reqs"] = self.facts.get("retracted_reqs", 0) + int(retracted.group(1))
         if "KV Cache is allocated" in line:
             m = re.search(r"#tokens: (\d+)", line)
             if m:
