@@ -1,18 +1,20 @@
-"""Search efficiency on the stand-in's virtual-clock model: TPE vs random vs grid.
+"""Search efficiency on the stand-in's virtual-clock model, over every sim card: tunectl's search vs random.
 
-For each sampler and seed, a full `run_search` (the real loop, storage and feedback; the trial engine replaced by
-the model) with the profile's space. Reported per sampler: trials until a stable config reaches 95% of the best
-stable throughput of the space (`--target`, the card's documented optimum, or `--scan`: exhaustive over the
-profile's grid), and the share of trials after trial 10 spent on configs that crash. Targets: median <= 12
-trials, >= 2x fewer than random, <= 10% crash waste. About 2 minutes on 2 cores.
+For each profile (default: every `profiles/sim-*.yaml`), sampler and seed, a full `run_search` (the real loop,
+storage and feedback; the trial engine replaced by the model) with the profile's space. Reported per profile and
+sampler: trials until a stable config reaches 95% of the best stable throughput of the space (the card's
+documented optimum for that profile, or `--scan`: exhaustive over the profile's grid), and the share of trials
+after trial 10 spent on configs that crash. Targets: median <= 12 trials, >= 2x fewer than random, <= 10% crash
+waste, on every card. Runs are spread over `--jobs` processes (default 2).
 
-    python bench/search_efficiency.py [--profile profiles/sim-glm5.yaml] [--seeds 10] [--trials 40]
-        [--first-seed 0] [--samplers tpe,random,grid] [--target TOK_S | --scan] [--no-try-first]
+    python bench/search_efficiency.py [--profiles all|P1,P2] [--seeds 10] [--trials 40] [--first-seed 0]
+        [--samplers tpe,random] [--target TOK_S | --scan] [--jobs 2]
 """
 from __future__ import annotations
 
 import argparse
 import itertools
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -23,10 +25,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere in the checkout
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
 from tunectl.search.space import grid_space, is_active, knob_order
+from tunectl.search.study import open_storage
 
-from tunectl.profile import Profile, default_profile_path, load_profile
+from tunectl.profile import Profile, load_profile
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
 
@@ -46,33 +50,49 @@ def grid_configs(prof: Profile) -> list[dict[str, Any]]:
     return out
 
 
-def card_best(prof: Profile, seeds: int = 2) -> tuple[float, dict[str, Any], float]:
-    """Best stable throughput over the grid (stable on every seed), and the grid's crash share."""
+def _scan_chunk(job: tuple[str, list[dict[str, Any]], int]) -> tuple[float, dict[str, Any], int]:
+    """Best config of a chunk that is stable on every seed (later seeds only for a new best), and its crashes."""
+    path, configs, seeds = job
+    prof = load_profile(path)
     evals = [VirtualEvaluator(prof, s) for s in range(seeds)]
     best: tuple[float, dict[str, Any]] = (0.0, {})
-    crashes = total = 0
-    for params in grid_configs(prof):
-        total += 1
-        results = []
+    crashes = 0
+    for params in configs:
+        low = None
         for ev in evals:
             r = ev(0, params, "search")
             if r.status != "ok":
-                crashes += 1
+                crashes += ev is evals[0]
+                low = None
                 break
-            results.append(r.best_output_throughput)
-        if len(results) == seeds and min(results) > best[0]:
-            best = (min(results), params)
-    return best[0], best[1], crashes / max(1, total)
+            low = r.best_output_throughput if low is None else min(low, r.best_output_throughput)
+            if low <= best[0]:
+                break
+        if low is not None and low > best[0]:
+            best = (low, params)
+    return best[0], best[1], crashes
 
 
-def one_run(prof: Profile, sampler: str, seed: int, trials: int, target: float) -> dict[str, Any]:
-    p = prof.model_copy(deep=True)
+def card_best(path: str, pool: Any, jobs: int, seeds: int = 2) -> tuple[float, dict[str, Any], float, int]:
+    """Best stable throughput over the profile's grid, its config, the grid's crash share and size."""
+    configs = grid_configs(load_profile(path))
+    size = max(1, len(configs) // (8 * jobs))
+    parts = pool.map(_scan_chunk, [(path, configs[i:i + size], seeds) for i in range(0, len(configs), size)])
+    value, where, _ = max(parts, key=lambda p: p[0])
+    return value, where, sum(p[2] for p in parts) / max(1, len(configs)), len(configs)
+
+
+def one_run(job: tuple[str, str, int, int, float]) -> dict[str, Any]:
+    path, sampler, seed, trials, target = job
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    p = load_profile(path)
     p.search.sampler = sampler  # type: ignore[assignment]
     p.search.finalists.top_k = 0
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as root:
-        out = run_search(p, trials=trials, root=root, evaluate=VirtualEvaluator(p, seed), seed=seed)
-        study = optuna.load_study(study_name=p.name, storage=out.storage)
-        every = study.trials
+        url = f"memory:{path}:{sampler}:{seed}"        # the loop's storage calls, without SQLite's cost
+        run_search(p, trials=trials, root=root, evaluate=VirtualEvaluator(p, seed), seed=seed, storage_url=url)
+        every = optuna.load_study(study_name=p.name, storage=open_storage(url)).trials
     ordered = [t for t in every if t.user_attrs.get("role") in ("search", "baseline")
                and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     feasible = [t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values()) for t in ordered]
@@ -80,74 +100,93 @@ def one_run(prof: Profile, sampler: str, seed: int, trials: int, target: float) 
     reach = next((i + 1 for i, v in enumerate(values) if v >= 0.95 * target), None)
     late = [t.user_attrs.get("crash_class") is not None for t in ordered[10:]]
     return {"reach": reach, "best": max(values, default=0.0), "waste": sum(late) / max(1, len(late)),
-            "n": len(ordered), "repairs": sum(t.user_attrs.get("proposed_by") == "repair" for t in ordered),
-            "vetoed": sum("vetoed" in t.user_attrs for t in every)}
+            "repairs": sum(t.user_attrs.get("proposed_by") == "repair" for t in ordered),
+            "vetoed": sum("vetoed" in t.user_attrs for t in every), "cpu": time.monotonic() - started}
 
 
 def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
     reach = [r["reach"] or trials + 1 for r in runs]
     return {"median": statistics.median(reach), "reached": sum(r["reach"] is not None for r in runs),
             "waste": statistics.mean(r["waste"] for r in runs), "best": statistics.mean(r["best"] for r in runs),
-            "per_seed": reach, "repairs": sum(r["repairs"] for r in runs), "vetoed": sum(r["vetoed"] for r in runs)}
+            "per_seed": reach, "repairs": sum(r["repairs"] for r in runs), "vetoed": sum(r["vetoed"] for r in runs),
+            "cpu": sum(r["cpu"] for r in runs)}
 
 
-def print_table(rows: dict[str, dict[str, Any]], seeds: int, trials: int) -> None:
-    head = (f"{'sampler':8} {'median to 95%':>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
-            f"{'mean best':>9} {'repairs':>7} {'vetoed':>6} {'wall':>5}  trials to 95% per seed")
-    print("\n" + head + "\n" + "-" * len(head))
+def print_card(name: str, target: float, rows: dict[str, dict[str, Any]], seeds: int) -> None:
+    print(f"\n{name}: best stable {target:,.0f} tok/s, 95% = {0.95 * target:,.0f}")
+    head = (f"  {'sampler':8} {'median to 95%':>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
+            f"{'mean best':>9} {'repairs':>7} {'vetoed':>6} {'cpu':>5}  trials to 95% per seed")
+    print(head + "\n  " + "-" * (len(head) - 2))
     rand = rows.get("random", {}).get("median")
-    for name, r in rows.items():
+    for sampler, r in rows.items():
         ratio = f"{rand / r['median']:.1f}x" if rand else "-"
-        print(f"{name:8} {r['median']:>13.1f} {r['reached']:>11}/{seeds:<2} {ratio:>9} {r['waste']:>11.0%} "
-              f"{r['best']:>9,.0f} {r['repairs']:>7} {r['vetoed']:>6} {r['wall']:>4.0f}s  "
+        print(f"  {sampler:8} {r['median']:>13.1f} {r['reached']:>11}/{seeds:<2} {ratio:>9} {r['waste']:>11.0%} "
+              f"{r['best']:>9,.0f} {r['repairs']:>7} {r['vetoed']:>6} {r['cpu']:>4.0f}s  "
               + " ".join(str(x) for x in r["per_seed"]))
-    print(f"\ncrash waste: share of trials after trial 10 that crashed (mean over seeds); not reached within "
-          f"{trials} trials counts as {trials + 1}\nrepairs / vetoed: repair steps run, proposals dropped unrun "
-          f"(all seeds together)")
-    if "tpe" in rows and rand:
-        tpe = rows["tpe"]
-        print(f"targets (issue 4): median {tpe['median']:.0f} (<= 12), {rand / tpe['median']:.1f}x fewer than "
-              f"random (>= 2x), crash waste {tpe['waste']:.0%} (<= 10%)")
+
+
+def print_summary(results: dict[str, tuple[float, dict[str, dict[str, Any]]]], trials: int, wall: float) -> None:
+    print(f"\n{'card':34} {'tpe median':>10} {'random':>7} {'ratio':>6} {'crash waste':>11}  targets")
+    ok_all = True
+    for name, (_, rows) in results.items():
+        tpe, rand = rows.get("tpe"), rows.get("random")
+        if tpe is None:
+            continue
+        ratio = rand["median"] / tpe["median"] if rand else float("nan")
+        ok = tpe["median"] <= 12 and (rand is None or ratio >= 2) and tpe["waste"] <= 0.10
+        ok_all &= ok
+        print(f"{name:34} {tpe['median']:>10.1f} {rand['median'] if rand else '-':>7} {ratio:>5.1f}x "
+              f"{tpe['waste']:>11.0%}  {'met' if ok else 'NOT met'}")
+    print(f"\nmedian: trials until 95% of the best (not reached within {trials} counts as {trials + 1}); crash waste: "
+          f"share of trials after trial 10 that crashed (mean over seeds)\ntargets: median <= 12, >= 2x fewer "
+          f"than random, crash waste <= 10%, on every card: {'met' if ok_all else 'NOT met'}; wall {wall:.0f}s")
+
+
+def targets(paths: list[str], args: argparse.Namespace, pool: Any) -> dict[str, float]:
+    out = {}
+    for path in paths:
+        prof = load_profile(path)
+        land = VirtualEvaluator(prof).card.landscape
+        documented = land is not None and land.best_stable.profile is not None and \
+            Path(land.best_stable.profile).name == Path(path).name
+        if args.target or documented and not args.scan:
+            out[path] = args.target or land.best_stable.output_throughput   # type: ignore[union-attr]
+            continue
+        t0 = time.monotonic()
+        value, where, crash, size = card_best(path, pool, args.jobs)
+        print(f"{Path(path).name}: {size} grid configs, {crash:.0%} crash at startup or under load; best stable "
+              f"{value:,.0f} tok/s ({time.monotonic() - t0:.0f}s)\n  at {where}", flush=True)
+        out[path] = value
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", type=Path, default=None)
+    ap.add_argument("--profiles", default="all", help="comma-separated profile paths, or all sim-*.yaml")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--trials", type=int, default=40)
-    ap.add_argument("--samplers", default="tpe,random,grid")
-    ap.add_argument("--target", type=float, default=None, help="the best stable throughput of the profile's space")
-    ap.add_argument("--scan", action="store_true",
-                    help="find the target by an exhaustive pass over the profile's grid (~8 min on 2 cores); "
-                         "default: the card's documented optimum of the seeds' space (landscape.best_stable)")
-    ap.add_argument("--no-try-first", action="store_true",
-                    help="drop the profile's search.try_first configs (the search on its own)")
+    ap.add_argument("--samplers", default="tpe,random")
+    ap.add_argument("--target", type=float, default=None, help="the best stable throughput of the space")
+    ap.add_argument("--scan", action="store_true", help="find the target by an exhaustive pass over each profile's "
+                    "grid (default: the card's documented optimum for that profile)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = ap.parse_args()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    prof = load_profile(args.profile or default_profile_path())
-    if args.no_try_first:
-        prof.search.try_first = []
+    paths = sorted(str(p) for p in (ROOT / "profiles").glob("sim-*.yaml")) if args.profiles == "all" \
+        else args.profiles.split(",")
     t0 = time.monotonic()
-    land = VirtualEvaluator(prof).card.landscape
-    documented = land.best_stable.output_throughput if land else None
-    if args.target or documented and not args.scan:
-        target = args.target or float(documented)
-        print(f"profile {prof.source}: best stable {target:,.0f} tok/s "
-              f"({'given' if args.target else 'the card documents it for the seeds space; --scan recomputes it'})")
-    else:
-        target, where, grid_crash = card_best(prof)
-        print(f"profile {prof.source}: {len(grid_configs(prof))} grid configs, {grid_crash:.0%} crash; "
-              f"best stable {target:,.0f} tok/s ({time.monotonic() - t0:.0f}s)\n  at {where}")
-    print(f"{args.seeds} seeds (from {args.first_seed}) x {args.trials} trials; 95% = {0.95 * target:,.0f} tok/s; try_first: "
-          f"{len(prof.search.try_first)} config(s)")
-    rows = {}
-    for sampler in args.samplers.split(","):
-        started = time.monotonic()
-        runs = [one_run(prof, sampler, s, args.trials, target)
-                for s in range(args.first_seed, args.first_seed + args.seeds)]
-        rows[sampler] = {**summarize(runs, args.trials), "wall": time.monotonic() - started}
-    print_table(rows, args.seeds, args.trials)
+    with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+        goal = targets(paths, args, pool)
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        jobs = [(p, s, seed, args.trials, goal[p]) for p in paths for s in args.samplers.split(",") for seed in seeds]
+        runs = pool.map(one_run, jobs, chunksize=1)
+    results: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}
+    for path in paths:
+        rows = {s: summarize([r for j, r in zip(jobs, runs) if j[0] == path and j[1] == s], args.trials)
+                for s in args.samplers.split(",")}
+        results[load_profile(path).server.sim.card] = (goal[path], rows)
+        print_card(Path(path).name, goal[path], rows, args.seeds)
+    print_summary(results, args.trials, time.monotonic() - t0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ from optuna.trial import TrialState
 from tunectl.models import LadderStep, LevelResult, TrialResult
 from tunectl.profile import Profile
 
+# What the search reads from the server's log (runners/crashes.py LogWatcher.facts): the KV pool, the limits it ran
+# with, the memory left after the static pool and graphs, requests retracted because the pool was full.
+SERVER_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "available_gpu_mem_gb",
+                "retracted_reqs")
 PENALTY_LATENCY_MS = 1e9          # p99 TTFT told for a config that never served (multi-objective)
 
 
@@ -94,6 +98,8 @@ def evidence_attrs(result: TrialResult) -> dict[str, Any]:
     attrs: dict[str, Any] = {"status": result.status, "ladder": ladder_attr(result),
                              "max_stable_concurrency": result.max_stable_concurrency,
                              "wall_s": round(result.wall_s, 3), "attempt": result.attempt}
+    if result.server_facts:
+        attrs["server_facts"] = {k: v for k, v in result.server_facts.items() if k in SERVER_FACTS}
     if result.crash:
         c = result.crash
         attrs.update({"crash_class": c.cls, "crash_signature": c.signature, "crash_phase": c.phase,

@@ -10,6 +10,7 @@ neighbour is.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,22 +40,26 @@ def _allowed(spec: ParamSpec, values: list[Any], value: Any) -> bool:
     return value in values
 
 
-def repaired_value(spec: ParamSpec, values: list[Any], current: Any, change: Any) -> Any:
-    """The knob's value after the change, or None when the change does not apply (same value, out of range)."""
+def repaired_value(spec: ParamSpec, values: list[Any], current: Any, change: Any, bound: float | None = None) -> Any:
+    """The knob's value after the change, or None when the change does not apply (same value, out of range).
+    `bound`: how far the direction must go at least (read from the server), else one grid step."""
     if change in (LOWER, RAISE):
         if current is None or spec.type == "bool" or spec.type == "categorical" and spec.choices is not None \
                 and not all(isinstance(v, (int, float)) for v in values):
             return None
         ordered = sorted(values)
         way = [v for v in ordered if v < current] if change == LOWER else [v for v in ordered if v > current]
+        if bound is not None:
+            far = [v for v in way if (v <= bound if change == LOWER else v >= bound)]
+            way = far or (way[:1] if change == LOWER else way[-1:])     # short of the bound: go all the way
         return (way[-1] if change == LOWER else way[0]) if way else None
     if change == current or not _allowed(spec, values, change):
         return None
     return change
 
 
-def repair_moves(search: SearchSpec, params: dict[str, Any],
-                 repairs: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+def repair_moves(search: SearchSpec, params: dict[str, Any], repairs: Sequence[tuple[str, Any]],
+                 bounds: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One change per repair the space can express, in the catalog's order: {knob: new value}."""
     grid = grid_space(search, points=6)
     moves: list[dict[str, Any]] = []
@@ -63,16 +68,44 @@ def repair_moves(search: SearchSpec, params: dict[str, Any],
             spec = search.space[name]
             if not drives(name, spec, target) or not is_active(spec, params):
                 continue
-            value = repaired_value(spec, grid[name], params.get(name), change)
+            value = repaired_value(spec, grid[name], params.get(name), change, (bounds or {}).get(target))
             if value is not None and {name: value} not in moves:
                 moves.append({name: value})
     return moves
 
 
 def repaired_configs(search: SearchSpec, params: dict[str, Any], repairs: Sequence[tuple[str, Any]],
-                     complete: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+                     complete: Callable[[dict[str, Any]], dict[str, Any]],
+                     bounds: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The config with each repair applied (knobs that become active are drawn by `complete`)."""
-    return [complete({**params, **move}) for move in repair_moves(search, params, repairs)]
+    return [complete({**params, **move}) for move in repair_moves(search, params, repairs, bounds)]
+
+
+_TRIED = re.compile(r"Tried to allocate ([\d.]+) (MiB|GiB)")
+_TOTAL = re.compile(r"total capacity of ([\d.]+) GiB")
+
+
+def oom_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
+    """A startup CUDA OOM says how much memory was missing and how big the GPU is: the static pool must shrink
+    by at least that share, so `mem-fraction-static <lower>` goes that far at once."""
+    tried, total = _TRIED.search(exception), _TOTAL.search(exception)
+    if not tried or not total:
+        return {}
+    short_gib = float(tried.group(1)) / (1024.0 if tried.group(2) == "MiB" else 1.0)
+    for name, spec in search.space.items():
+        if drives(name, spec, MEM_FRACTION) and isinstance(params.get(name), (int, float)):
+            return {MEM_FRACTION: float(params[name]) - short_gib / float(total.group(1))}
+    return {}
+
+
+def pool_bounds(facts: dict[str, float], tokens_per_request: int) -> dict[str, float]:
+    """The KV pool (`max_total_num_tokens` in the server's log) holds this many requests of the workload's
+    lengths: more running requests than that are retracted and prefilled again."""
+    pool = facts.get("max_total_num_tokens")
+    return {MAX_RUNNING: pool / max(1, tokens_per_request)} if pool else {}
+
+
+MEM_FRACTION, MAX_RUNNING = "mem-fraction-static", "max-running-requests"
 
 
 def lookup(repairs: RepairLookup | None, signature: str | None, text: str = "") -> Sequence[tuple[str, Any]]:

@@ -5,15 +5,13 @@ ordered by how much they violate, so crashing regions lose density as the study 
 """
 from __future__ import annotations
 
-import json
-import math
 import random
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import optuna
 from tunectl.search.space import distribution, grid_space, is_active, knob_order
+from tunectl.search.surrogate import History, Surrogate, ordered
 
 from tunectl.profile import SearchSpec
 
@@ -61,15 +59,16 @@ def random_params(search: SearchSpec, rng: random.Random) -> dict[str, Any]:
 
 
 def _alternatives(search: SearchSpec, name: str, value: Any, grid: dict[str, list[Any]]) -> list[Any]:
-    """Values one step away: other choices of a categorical knob, the grid neighbours of a numeric one."""
+    """Values one step away: other choices of a categorical knob; for an ordered knob (numbers) the grid
+    neighbours on each side and the ones after them."""
     spec = search.space[name]
     values = grid[name]
-    if spec.type in ("bool", "categorical") or spec.choices is not None:
+    if not ordered(spec):
         return [v for v in values if v != value]
-    ordered = sorted(values)
-    below = [v for v in ordered if v < value]
-    above = [v for v in ordered if v > value]
-    return ([below[-1]] if below else []) + ([above[0]] if above else [])
+    ordered_values = sorted(values)
+    below = [v for v in ordered_values if v < value]
+    above = [v for v in ordered_values if v > value]
+    return below[-2:][::-1] + above[:2]
 
 
 def complete(search: SearchSpec, params: dict[str, Any], rng: random.Random,
@@ -84,73 +83,12 @@ def complete(search: SearchSpec, params: dict[str, Any], rng: random.Random,
     return {k: v for k, v in out.items() if v is not None}
 
 
-History = list[tuple[dict[str, Any], str, float]]   # (params, outcome: ok|startup|load|pruned, stable value)
-
-
-def _odds(params: dict[str, Any], rows: list[tuple[dict[str, Any], bool]]) -> float:
-    """Naive Bayes in log-odds: the rows' rate, moved by each knob value of the config (a value seen mostly in
-    positive rows raises the odds, one seen in negative rows lowers them; per-value rates are shrunk toward the
-    overall rate so a value seen once does not decide alone)."""
-    base = (sum(y for _, y in rows) + 0.5) / (len(rows) + 1.0)
-    prior = math.log(base / (1.0 - base))
-    logit = prior
-    for name, value in params.items():
-        same = [y for p, y in rows if p.get(name) == value]
-        rate = (sum(same) + PRIOR_WEIGHT * base) / (len(same) + PRIOR_WEIGHT)
-        logit += math.log(rate / (1.0 - rate)) - prior
-    return 1.0 / (1.0 + math.exp(-logit))
-
-
-def startup_risk(params: dict[str, Any], history: History) -> float:
-    """Startup-crash odds; 1.0 when one of the config's knob values crashed at startup every time (at least
-    twice), e.g. a backend the hardware does not support."""
-    for name, value in params.items():
-        same = [out for p, out, _ in history if p.get(name) == value]
-        if len(same) >= 2 and all(out == "startup" for out in same):
-            return 1.0
-    return _odds(params, [(p, out == "startup") for p, out, _ in history])
-
-
-def crash_risk(params: dict[str, Any], history: History) -> float:
-    """Odds that a config is wasted: startup crashes learned from every trial; load crashes and pruning (clearly
-    slow) from the trials that started (a config that never served says nothing about its behaviour under load)."""
-    startup = startup_risk(params, history)
-    load = _odds(params, [(p, out in ("load", "pruned")) for p, out, _ in history if out != "startup"])
-    return 1.0 - (1.0 - startup) * (1.0 - load)
-
-
-PRIOR_WEIGHT = 2.0
-RIDGE = 1.0
-UNSEEN_BONUS = 0.02
-
-
-def predicted_value(params: dict[str, Any], history: History) -> float:
-    """A ridge regression of the value on the knob values (one-hot, additive) over the configs that served
-    fully; values never served get a small bonus so the walk explores them; discounted by the waste odds."""
-    ok = [(p, v) for p, out, v in history if out == "ok"]
-    if not ok:
-        return 0.0
-    features = sorted({(k, json.dumps(v, default=str)) for p, _ in ok for k, v in p.items()})
-    col = {f: i for i, f in enumerate(features)}
-    x = np.zeros((len(ok), len(features)))
-    for i, (p, _) in enumerate(ok):
-        for k, v in p.items():
-            x[i, col[(k, json.dumps(v, default=str))]] = 1.0
-    y = np.array([v for _, v in ok])
-    mean = float(y.mean())
-    w = np.linalg.solve(x.T @ x + RIDGE * np.eye(len(features)), x.T @ (y - mean))
-    score = mean
-    for k, v in params.items():
-        i = col.get((k, json.dumps(v, default=str)))
-        score += float(w[i]) if i is not None else UNSEEN_BONUS * mean
-    return score * (1.0 - crash_risk(params, history))
-
-
 def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rng: random.Random,
-               fill: dict[str, Any], explain: Callable[[dict[str, Any]], History]) -> list[dict[str, Any]]:
+               fill: dict[str, Any], history: History,
+               excluded: Callable[[dict[str, Any]], frozenset[int]]) -> list[dict[str, Any]]:
     """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first.
-    Knobs that become active take their value in `fill`; `explain(cand)`: the history as it bears on that
-    candidate (crashes it repairs left out)."""
+    Knobs that become active take their value in `fill`; `excluded(cand)`: the history rows that say nothing
+    about that candidate (crashes it repairs). One surrogate is fitted per distinct exclusion."""
     from tunectl.search.space import config_key
 
     grid = grid_space(search, points=6)
@@ -158,12 +96,16 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
     inactive = [(n, v) for n in search.space if n not in incumbent for v in grid[n]]
     moves: list[list[tuple[str, Any]]] = [[m] for m in singles]
     moves += [[a, b] for i, a in enumerate(singles + inactive) for b in (singles + inactive)[i + 1:] if a[0] != b[0]]
+    models: dict[frozenset[int], Surrogate] = {}
     out, keys = [], set(seen)
     for move in moves:
         cand = complete(search, {**incumbent, **dict(move)}, rng, fill)
         key = config_key(cand)
-        if key not in keys:
-            keys.add(key)
-            out.append((-predicted_value(cand, explain(cand)), len(move), rng.random(), cand))
+        if key in keys:
+            continue
+        keys.add(key)
+        gone = excluded(cand)
+        if gone not in models:
+            models[gone] = Surrogate(search, [r for i, r in enumerate(history) if i not in gone])
+        out.append((-models[gone].score(cand), len(move), rng.random(), cand))
     return [c for *_, c in sorted(out, key=lambda x: x[:3])]
-

@@ -152,6 +152,8 @@ def _numeric_points(spec: ParamSpec, points: int) -> list[Any]:
     if spec.type == "int":
         step = int(spec.step or 1)
         return sorted({int(lo) + step * round((v - lo) / step) for v in raw})
+    if spec.step and not spec.log:                   # on the knob's own step grid, as the sampler draws
+        return sorted({round(lo + spec.step * round((v - lo) / spec.step), 6) for v in raw})
     return [round(v, 6) for v in raw]
 
 

@@ -13,21 +13,17 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
-from tunectl.search.repair import RepairLookup, lookup, repaired_configs
-from tunectl.search.sampler import (
-    LOCAL_AFTER,
-    LOCAL_EVERY,
-    TPE_STARTUP,
-    VETO_RISK,
-    History,
-    complete,
-    neighbours,
-    startup_risk,
-)
+from tunectl.search.repair import RepairLookup, lookup, oom_bounds, pool_bounds, repaired_configs
+from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
 from tunectl.search.space import baseline_params, config_key
+from tunectl.search.surrogate import History, Surrogate, startup_risk
 
 from tunectl.models import ladder_steps
 from tunectl.profile import Profile
+
+# A startup crash is repaired when the value model rates its config at least this share of the incumbent's value.
+STARTUP_REPAIR_SHARE = 0.9
+KV_PRESSURE = "kv_pool_oom"     # the catalog signature whose repairs answer a full KV pool (retractions)
 
 
 def outcome(t: FrozenTrial) -> str:
@@ -102,7 +98,7 @@ class Steps:
         if not best:
             return None
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, baseline_params(self.prof),
-                           self._explainer(done, known))
+                           history(done), self._excluded(known))
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
 
@@ -116,35 +112,53 @@ class Steps:
         return (startup_risk(params, history(done)) if len(done) >= TPE_STARTUP else 0.0), None
 
     def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen]) -> tuple[int, dict[str, Any]] | None:
-        """The first untried repair of the fastest config that crashed under load while serving more than the
-        incumbent did at the same levels."""
-        if self.repairs is None:
-            return None
+        """The first untried repair of, in this order: the fastest configs that crashed under load after serving
+        more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
+        pool was full: soft evidence); configs that crashed at startup which the value model rates near the
+        incumbent. Each repair once, with the bounds the server's log gives (how much memory an OOM missed, how
+        many requests the KV pool holds)."""
         best = fin.candidates(done)
-        fixed = {t.user_attrs.get("repair_of") for t in best}
+        fixed = {t.user_attrs.get("repair_of") for t in done}
         base = baseline_params(self.prof)
-        for t in sorted((t for t in done if outpaced(t, best[0] if best else None)), key=lambda t: -t.values[0]):
+        for t, fixes, bounds in self._to_repair(done, best[0] if best else None):
             if t.number in fixed:
-                continue                        # one of its repairs already serves the whole ladder
-            fixes = lookup(self.repairs, t.user_attrs.get("crash_signature"),
-                           str(t.user_attrs.get("crash_exception", "")))
+                continue                        # one of its repairs already ran
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
-                                         lambda p: complete(self.prof.search, p, self.rng, base)):
+                                         lambda p: complete(self.prof.search, p, self.rng, base), bounds):
                 if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None:
                     return t.number, cand
         return None
 
-    def _explainer(self, done: list[FrozenTrial], known: list[Seen]) -> Callable[[dict[str, Any]], History]:
-        """The history without the crashes a candidate repairs (it applies one of their catalog repairs): those
-        say nothing about its own risk (fp8 KV crashed with the chunked prefix cache on, not with it off)."""
-        rows = history(done)
+    def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None) -> list[
+            tuple[FrozenTrial, Any, dict[str, float]]]:
+        out = []
+        for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0]):
+            out.append((t, self._fixes(t), {}))
+        facts = incumbent.user_attrs.get("server_facts", {}) if incumbent is not None else {}
+        if incumbent is not None and facts.get("retracted_reqs"):
+            wl = self.prof.bench.workloads[0]
+            out.append((incumbent, lookup(self.repairs, KV_PRESSURE), pool_bounds(facts, wl.input_len + wl.output_len)))
+        crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
+        if crashed and incumbent is not None and incumbent.values:
+            model = Surrogate(self.prof.search, history(done))
+            for t in sorted(crashed, key=lambda t: -t.number):
+                if model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
+                    exc = str(t.user_attrs.get("crash_exception", ""))
+                    out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search)))
+        return out
+
+    def _fixes(self, t: FrozenTrial) -> Any:
+        return lookup(self.repairs, t.user_attrs.get("crash_signature"), str(t.user_attrs.get("crash_exception", "")))
+
+    def _excluded(self, known: list[Seen]) -> Callable[[dict[str, Any]], frozenset[int]]:
+        """The history rows a candidate's own risk does not depend on: crashes it repairs (it applies one of
+        their catalog repairs: fp8 KV crashed with the chunked prefix cache on, not with it off)."""
         fixable = [i for i, s in enumerate(known) if s.crash_phase and s.fixes]
 
-        def explain(cand: dict[str, Any]) -> History:
-            gone = {i for i in fixable if repairs_crash(self.prof.search, cand, known[i])}
-            return [r for i, r in enumerate(rows) if i not in gone] if gone else rows
+        def excluded(cand: dict[str, Any]) -> frozenset[int]:
+            return frozenset(i for i in fixable if repairs_crash(self.prof.search, cand, known[i]))
 
-        return explain
+        return excluded
 
     def seen(self, done: list[FrozenTrial]) -> list[Seen]:
         out = []

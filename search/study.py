@@ -42,7 +42,14 @@ def default_storage_url(study_dir: Path) -> str:
     return f"sqlite:///{(study_dir / 'study.db').resolve()}"
 
 
-def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> RDBStorage:
+_MEMORY: dict[str, optuna.storages.InMemoryStorage] = {}
+
+
+def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.BaseStorage:
+    """An RDB storage; `memory:<name>` is an in-process one (no heartbeat, gone with the process: virtual-clock
+    benchmarks), the same object for the same name."""
+    if url.startswith("memory:"):
+        return _MEMORY.setdefault(url, optuna.storages.InMemoryStorage())
     return RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
                       heartbeat_stale_trial_callback=lambda study, t: requeue(study, t, "stale heartbeat"),
                       engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None)

@@ -1,0 +1,141 @@
+"""The loop's own model of the study: a value regression and waste odds, fitted once per history.
+
+- Value: ridge regression of the stable throughput on the knob values of the configs that served fully. Ordered
+  knobs (int, float, and categoricals whose choices are all numbers) enter as their position in the range (log
+  scale where the range spans a factor of 8 or more) and its square, so the model can extrapolate along them and
+  find an interior optimum; categorical knobs enter one-hot, a knob that is off as its own column. Values never
+  served get a small bonus so the walk explores them.
+- Waste odds: naive Bayes in log-odds over knob values (startup crashes from every trial; load crashes, pruning and
+  KV-pool retractions from the trials that started), per-value rates shrunk toward the overall rate.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from tunectl.profile import ParamSpec, SearchSpec
+
+History = list[tuple[dict[str, Any], str, float]]   # (params, outcome: ok|startup|load|pruned, stable value)
+RIDGE = 1.0
+UNSEEN_BONUS = 0.02
+PRIOR_WEIGHT = 2.0
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def ordered(spec: ParamSpec) -> bool:
+    if spec.type == "bool":
+        return False
+    if spec.choices is not None:
+        return all(_number(c) for c in spec.choices)
+    return spec.type in ("int", "float")
+
+
+def position(spec: ParamSpec, value: Any) -> float:
+    """Where a value of an ordered knob lies in its range, 0..1 (log scale for wide positive ranges)."""
+    lo = float(spec.low if spec.choices is None else min(spec.choices))   # type: ignore[arg-type]
+    hi = float(spec.high if spec.choices is None else max(spec.choices))  # type: ignore[arg-type]
+    if hi <= lo:
+        return 0.0
+    if (spec.log or lo > 0 and hi / lo >= 8) and lo > 0 and value > 0:
+        return (math.log(value) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return (float(value) - lo) / (hi - lo)
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+class ValueModel:
+    def __init__(self, search: SearchSpec, rows: list[tuple[dict[str, Any], float]]):
+        self.search = search
+        self.cols: dict[tuple[str, str], int] = {}
+        self.ordered = {n for n, s in search.space.items() if ordered(s)}
+        for p, _ in rows:
+            for name in search.space:
+                for col, _ in self._features(name, p):
+                    self.cols.setdefault(col, len(self.cols))
+        y = np.array([v for _, v in rows]) if rows else np.zeros(0)
+        self.mean = float(y.mean()) if rows else 0.0
+        self.seen = set(self.cols)
+        x = np.zeros((len(rows), len(self.cols)))
+        for i, (p, _) in enumerate(rows):
+            for col, val in self.row(p):
+                x[i, self.cols[col]] = val
+        self.w = np.linalg.solve(x.T @ x + RIDGE * np.eye(len(self.cols)), x.T @ (y - self.mean)) if rows \
+            else np.zeros(0)
+
+    def _features(self, name: str, p: dict[str, Any]) -> list[tuple[tuple[str, str], float]]:
+        if name not in p:
+            return [((name, "off"), 1.0)]
+        if name in self.ordered:
+            z = position(self.search.space[name], p[name])
+            return [((name, "z"), z), ((name, "z2"), z * z)]
+        return [((name, _key(p[name])), 1.0)]
+
+    def row(self, p: dict[str, Any]) -> list[tuple[tuple[str, str], float]]:
+        return [f for name in self.search.space for f in self._features(name, p)]
+
+    def predict(self, p: dict[str, Any]) -> float:
+        score = self.mean
+        for col, val in self.row(p):
+            i = self.cols.get(col)
+            score += float(self.w[i]) * val if i is not None else UNSEEN_BONUS * self.mean
+        return score
+
+
+class Odds:
+    """Naive-Bayes odds that a config lands in the positive rows."""
+
+    def __init__(self, rows: list[tuple[dict[str, Any], bool]]):
+        self.base = (sum(y for _, y in rows) + 0.5) / (len(rows) + 1.0)
+        self.prior = math.log(self.base / (1.0 - self.base))
+        self.counts: dict[tuple[str, str], list[int]] = {}
+        for p, y in rows:
+            for name, value in p.items():
+                c = self.counts.setdefault((name, _key(value)), [0, 0])
+                c[0] += 1
+                c[1] += int(y)
+
+    def __call__(self, params: dict[str, Any]) -> float:
+        logit = self.prior
+        for name, value in params.items():
+            n, pos = self.counts.get((name, _key(value)), (0, 0))
+            rate = (pos + PRIOR_WEIGHT * self.base) / (n + PRIOR_WEIGHT)
+            logit += math.log(rate / (1.0 - rate)) - self.prior
+        return 1.0 / (1.0 + math.exp(-logit))
+
+    def always(self, params: dict[str, Any]) -> bool:
+        """One of the config's values was seen at least twice and was positive every time."""
+        return any(n >= 2 and pos == n for n, pos in (self.counts.get((k, _key(v)), (0, 0))
+                                                      for k, v in params.items()))
+
+
+class Surrogate:
+    """Value x not-wasted for candidate configs, from one history."""
+
+    def __init__(self, search: SearchSpec, history: History):
+        self.value = ValueModel(search, [(p, v) for p, out, v in history if out == "ok"])
+        self.startup = Odds([(p, out == "startup") for p, out, _ in history])
+        self.load = Odds([(p, out in ("load", "pruned")) for p, out, _ in history if out != "startup"])
+
+    def startup_risk(self, params: dict[str, Any]) -> float:
+        return 1.0 if self.startup.always(params) else self.startup(params)
+
+    def waste(self, params: dict[str, Any]) -> float:
+        return 1.0 - (1.0 - self.startup_risk(params)) * (1.0 - self.load(params))
+
+    def score(self, params: dict[str, Any]) -> float:
+        return self.value.predict(params) * (1.0 - self.waste(params))
+
+
+def startup_risk(params: dict[str, Any], history: History) -> float:
+    """Startup-crash odds; 1.0 when one of the config's knob values crashed at startup every time (at least
+    twice), e.g. a backend the hardware does not support."""
+    odds = Odds([(p, out == "startup") for p, out, _ in history])
+    return 1.0 if odds.always(params) else odds(params)
