@@ -170,6 +170,7 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=None, help="the best stable throughput of the space")
     ap.add_argument("--scan", action="store_true", help="find the target by an exhaustive pass over each profile's "
                     "grid (default: the card's documented optimum for that profile)")
+    ap.add_argument("--scan-only", action="store_true", help="print each profile's best stable config and stop")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = ap.parse_args()
     paths = sorted(str(p) for p in (ROOT / "profiles").glob("sim-*.yaml")) if args.profiles == "all" \
@@ -177,6 +178,8 @@ def main() -> None:
     t0 = time.monotonic()
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         goal = targets(paths, args, pool)
+        if args.scan_only:
+            return
         seeds = range(args.first_seed, args.first_seed + args.seeds)
         jobs = [(p, s, seed, args.trials, goal[p]) for p in paths for s in args.samplers.split(",") for seed in seeds]
         runs = pool.map(one_run, jobs, chunksize=1)
