@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from tunectl.models import LadderStep, LevelResult, TrialResult
 from tunectl.profile import Profile
 
-# What the search reads from the server's log (runners/crashes.py LogWatcher.facts): the KV pool, the limits it ran
+# What the search reads from the server's log (tunectl/crashes LogWatcher.facts): the KV pool, the limits it ran
 # with, the memory left after the static pool and graphs, requests retracted because the pool was full.
 SERVER_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "available_gpu_mem_gb",
                 "retracted_reqs")

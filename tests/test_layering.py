@@ -10,15 +10,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # the ground floor: plain data and knowledge, importable from every room
-GROUND = ("tunectl.models", "tunectl.profile", "tunectl.errors", "tunectl.flags", "tunectl.knobs", "tunectl.engines",
-          "tunectl.redact", "tunectl.crashes")
+GROUND = ("tunectl.models", "tunectl.profile", "tunectl.yamlmodel", "tunectl.errors", "tunectl.flags", "tunectl.knobs",
+          "tunectl.engines", "tunectl.redact", "tunectl.crashes")
 
 # room (folder) -> the tunectl modules it may import, and the outside modules it must not
 RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "tunectl/crashes": (("tunectl.crashes", "tunectl.models"), ("optuna", "subprocess", "paramiko")),
     "search": ((*GROUND, "tunectl.search"), ("subprocess", "paramiko", "aiohttp")),
     "reports": ((*GROUND, "tunectl.store", "tunectl.reports"), ("subprocess", "paramiko", "aiohttp")),
-    "sim": (("tunectl.sim", "tunectl.flags"), ("optuna", "paramiko")),
+    "sim": (("tunectl.sim", "tunectl.flags", "tunectl.errors", "tunectl.yamlmodel"), ("optuna", "paramiko")),
     "runners/hosts": (("tunectl.runners.hosts", "tunectl.errors", "tunectl.profile", "tunectl.store"), ("optuna",)),
     "runners/clients": (("tunectl.runners.clients", "tunectl.runners.hosts.base", "tunectl.models", "tunectl.profile"),
                         ("optuna", "paramiko")),
