@@ -85,16 +85,18 @@ def complete(search: SearchSpec, params: dict[str, Any], rng: random.Random,
 
 def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rng: random.Random,
                fill: dict[str, Any], history: History,
-               excluded: Callable[[dict[str, Any]], frozenset[int]]) -> list[dict[str, Any]]:
+               excluded: Callable[[dict[str, Any]], frozenset[int]],
+               flat: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first.
     Knobs that become active take their value in `fill`; `excluded(cand)`: the history rows that say nothing
-    about that candidate (crashes it repairs). One surrogate is fitted per distinct exclusion."""
+    about that candidate (crashes it repairs); `flat`: knobs already moved alone with no effect (moved only together with another).
+    One surrogate is fitted per distinct exclusion."""
     from tunectl.search.space import config_key
 
     grid = grid_space(search, points=6)
     singles = [(name, alt) for name in incumbent for alt in _alternatives(search, name, incumbent[name], grid)]
     inactive = [(n, v) for n in search.space if n not in incumbent for v in grid[n]]
-    moves: list[list[tuple[str, Any]]] = [[m] for m in singles]
+    moves: list[list[tuple[str, Any]]] = [[m] for m in singles if m[0] not in flat]
     moves += [[a, b] for i, a in enumerate(singles + inactive) for b in (singles + inactive)[i + 1:] if a[0] != b[0]]
     models: dict[frozenset[int], Surrogate] = {}
     out, keys = [], set(seen)

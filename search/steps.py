@@ -23,7 +23,9 @@ from tunectl.profile import Profile
 
 # A startup crash is repaired when the value model rates its config at least this share of the incumbent's value.
 STARTUP_REPAIR_SHARE = 0.9
-KV_PRESSURE = "kv_pool_oom"     # the catalog signature whose repairs answer a full KV pool (retractions)
+FLAT = 0.01                    # a move that changed the value less than this share is no lead
+KV_PRESSURE = "kv_pool_oom"
+KV_PRESSURE_SHARE = 0.1        # retractions worth a repair: at least this share of the top level's requests     # the catalog signature whose repairs answer a full KV pool (retractions)
 
 
 def outcome(t: FrozenTrial) -> str:
@@ -34,8 +36,17 @@ def outcome(t: FrozenTrial) -> str:
     return "startup" if t.user_attrs.get("crash_phase") == "startup" or not t.values or not t.values[0] else "load"
 
 
-def history(done: list[FrozenTrial]) -> History:
-    return [(t.params, outcome(t), t.values[0] if t.values else 0.0) for t in done]
+def history(done: list[FrozenTrial], known: list[Seen] | None = None) -> History:
+    """(params, outcome, value) per finished trial; a startup crash the catalog explains (it has repairs, e.g. an
+    OOM) reads "explained": it says something about its repair knobs (the vetoes use it), nothing about the
+    config's other values (a disabled radix cache did not make the pool too big)."""
+    rows = []
+    for i, t in enumerate(done):
+        out = outcome(t)
+        if out == "startup" and known is not None and known[i].fixes:
+            out = "explained"
+        rows.append((t.params, out, t.values[0] if t.values else 0.0))
+    return rows
 
 
 def level_values(t: FrozenTrial) -> dict[tuple[str, int], float]:
@@ -61,6 +72,20 @@ def improved(done: list[FrozenTrial]) -> bool:
     return bool(best) and best[0].number == last.number and last.user_attrs.get("proposed_by") in ("local", "repair")
 
 
+def flat_knobs(incumbent: FrozenTrial, done: list[FrozenTrial]) -> set[str]:
+    """Knobs already moved alone from the incumbent with no effect (within FLAT of its value, served fully):
+    local steps leave them, the budget goes to knobs that may matter."""
+    mine, value = incumbent.params, incumbent.values[0]
+    out = set()
+    for t in done:
+        if outcome(t) != "ok" or t.number == incumbent.number:
+            continue
+        diff = {k for k in set(mine) | set(t.params) if mine.get(k) != t.params.get(k)}
+        if len(diff) == 1 and abs(t.values[0] - value) <= FLAT * value:
+            out |= diff
+    return out
+
+
 def counted(t: FrozenTrial) -> bool:
     """Trials that use the search budget: search/baseline, not duplicates, not failed attempts."""
     return (fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
@@ -78,6 +103,7 @@ class Steps:
         # active with their baseline values (the vetoes catch the crashes such a walk meets).
         self.prof, self.repairs, self.rng = prof, repairs, rng
         self.turn = 0
+        self._risk: tuple[tuple[int, ...], Callable[[dict[str, Any]], float]] | None = None
 
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(params, user_attrs) to queue before the sampler's next proposal: a repair whenever a config that
@@ -98,7 +124,7 @@ class Steps:
         if not best:
             return None
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, baseline_params(self.prof),
-                           history(done), self._excluded(known))
+                           history(done, known), self._excluded(known), flat_knobs(best[0], done))
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
 
@@ -106,10 +132,18 @@ class Steps:
              known: list[Seen] | None = None) -> tuple[float, Seen | None]:
         """The odds that a proposal crashes as the history foresees, and the crash it would repeat (the rules of
         search/foresight.py, then the startup-crash odds). `known`: `seen(done)`, when the caller has it."""
-        like = predicted_crash(self.prof.search, params, self.seen(done) if known is None else known)
+        known = self.seen(done) if known is None else known
+        like = predicted_crash(self.prof.search, params, known)
         if like is not None:
             return 1.0, like
-        return (startup_risk(params, history(done)) if len(done) >= TPE_STARTUP else 0.0), None
+        return (self._startup_risk(done, known)(params) if len(done) >= TPE_STARTUP else 0.0), None
+
+    def _startup_risk(self, done: list[FrozenTrial], known: list[Seen]) -> Callable[[dict[str, Any]], float]:
+        key = tuple(t.number for t in done)
+        if self._risk is None or self._risk[0] != key:
+            rows = history(done, known)
+            self._risk = (key, lambda p: startup_risk(p, rows))
+        return self._risk[1]
 
     def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen]) -> tuple[int, dict[str, Any]] | None:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
@@ -118,11 +152,11 @@ class Steps:
         incumbent. Each repair once, with the bounds the server's log gives (how much memory an OOM missed, how
         many requests the KV pool holds)."""
         best = fin.candidates(done)
-        fixed = {t.user_attrs.get("repair_of") for t in done}
+        fixed = {t.user_attrs.get("repair_of") for t in best}
         base = baseline_params(self.prof)
         for t, fixes, bounds in self._to_repair(done, best[0] if best else None):
             if t.number in fixed:
-                continue                        # one of its repairs already ran
+                continue                        # one of its repairs already serves the whole ladder
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
                 if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None:
@@ -135,12 +169,14 @@ class Steps:
         for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0]):
             out.append((t, self._fixes(t), {}))
         facts = incumbent.user_attrs.get("server_facts", {}) if incumbent is not None else {}
-        if incumbent is not None and facts.get("retracted_reqs"):
+        top = max((c for _, c, status, _, _ in incumbent.user_attrs.get("ladder") or [] if status == "ok"),
+                  default=0) if incumbent is not None else 0
+        if incumbent is not None and facts.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
             wl = self.prof.bench.workloads[0]
             out.append((incumbent, lookup(self.repairs, KV_PRESSURE), pool_bounds(facts, wl.input_len + wl.output_len)))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
         if crashed and incumbent is not None and incumbent.values:
-            model = Surrogate(self.prof.search, history(done))
+            model = Surrogate(self.prof.search, history(done, self.seen(done)))
             for t in sorted(crashed, key=lambda t: -t.number):
                 if model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
                     exc = str(t.user_attrs.get("crash_exception", ""))

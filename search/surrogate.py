@@ -1,10 +1,10 @@
 """The loop's own model of the study: a value regression and waste odds, fitted once per history.
 
-- Value: ridge regression of the stable throughput on the knob values of the configs that served fully. Ordered
+- Value: Bayesian ridge regression of log throughput on the knob values of the configs that served fully. Ordered
   knobs (int, float, and categoricals whose choices are all numbers) enter as their position in the range (log
   scale where the range spans a factor of 8 or more) and its square, so the model can extrapolate along them and
-  find an interior optimum; categorical knobs enter one-hot, a knob that is off as its own column. Values never
-  served get a small bonus so the walk explores them.
+  find an interior optimum; categorical knobs enter one-hot, a knob that is off as its own column. Candidates are
+  ranked by an upper bound (mean + one standard deviation), so what the study knows least gets tried first.
 - Waste odds: naive Bayes in log-odds over knob values (startup crashes from every trial; load crashes, pruning and
   KV-pool retractions from the trials that started), per-value rates shrunk toward the overall rate.
 """
@@ -18,9 +18,11 @@ import numpy as np
 
 from tunectl.profile import ParamSpec, SearchSpec
 
-History = list[tuple[dict[str, Any], str, float]]   # (params, outcome: ok|startup|load|pruned, stable value)
+History = list[tuple[dict[str, Any], str, float]]   # (params, outcome, stable value); outcome: ok, startup,
+                                                    # explained (a startup crash with catalog repairs), load, pruned
 RIDGE = 1.0
-UNSEEN_BONUS = 0.02
+EXPLORE = 1.0          # standard deviations of optimism in the local steps' ranking
+NOISE_FLOOR = 0.01     # log-throughput variance assumed at least (about 10%)
 PRIOR_WEIGHT = 2.0
 
 
@@ -52,23 +54,28 @@ def _key(value: Any) -> str:
 
 
 class ValueModel:
+    """Bayesian ridge on log throughput (knob effects multiply): predicts a mean and an uncertainty, and rates a
+    candidate by the upper bound mean + EXPLORE x std, so columns the study has seen little of (a value never
+    served, an ordered knob far from where it was tried) get tried before re-probing known ones."""
+
     def __init__(self, search: SearchSpec, rows: list[tuple[dict[str, Any], float]]):
         self.search = search
         self.cols: dict[tuple[str, str], int] = {}
         self.ordered = {n for n, s in search.space.items() if ordered(s)}
+        rows = [(p, v) for p, v in rows if v > 0]
         for p, _ in rows:
-            for name in search.space:
-                for col, _ in self._features(name, p):
-                    self.cols.setdefault(col, len(self.cols))
-        y = np.array([v for _, v in rows]) if rows else np.zeros(0)
+            for col, _ in self.row(p):
+                self.cols.setdefault(col, len(self.cols))
+        y = np.log(np.array([v for _, v in rows])) if rows else np.zeros(0)
         self.mean = float(y.mean()) if rows else 0.0
-        self.seen = set(self.cols)
         x = np.zeros((len(rows), len(self.cols)))
         for i, (p, _) in enumerate(rows):
             for col, val in self.row(p):
                 x[i, self.cols[col]] = val
-        self.w = np.linalg.solve(x.T @ x + RIDGE * np.eye(len(self.cols)), x.T @ (y - self.mean)) if rows \
-            else np.zeros(0)
+        self.a_inv = np.linalg.inv(x.T @ x + RIDGE * np.eye(len(self.cols)))
+        self.w = self.a_inv @ x.T @ (y - self.mean)
+        resid = (y - self.mean - x @ self.w) if rows else np.zeros(0)
+        self.noise = max(float(np.mean(resid ** 2)) if rows else 0.0, NOISE_FLOOR)
 
     def _features(self, name: str, p: dict[str, Any]) -> list[tuple[tuple[str, str], float]]:
         if name not in p:
@@ -81,12 +88,26 @@ class ValueModel:
     def row(self, p: dict[str, Any]) -> list[tuple[tuple[str, str], float]]:
         return [f for name in self.search.space for f in self._features(name, p)]
 
-    def predict(self, p: dict[str, Any]) -> float:
-        score = self.mean
+    def _vec(self, p: dict[str, Any]) -> tuple[np.ndarray, int]:
+        v, unseen = np.zeros(len(self.cols)), 0
         for col, val in self.row(p):
             i = self.cols.get(col)
-            score += float(self.w[i]) * val if i is not None else UNSEEN_BONUS * self.mean
-        return score
+            if i is None:
+                unseen += 1
+            else:
+                v[i] = val
+        return v, unseen
+
+    def predict(self, p: dict[str, Any]) -> float:
+        """Expected throughput."""
+        v, _ = self._vec(p)
+        return math.exp(self.mean + float(v @ self.w))
+
+    def upper(self, p: dict[str, Any]) -> float:
+        """Optimistic throughput: the mean plus EXPLORE standard deviations."""
+        v, unseen = self._vec(p)
+        var = self.noise * (float(v @ self.a_inv @ v) + unseen / RIDGE)
+        return math.exp(self.mean + float(v @ self.w) + EXPLORE * math.sqrt(var))
 
 
 class Odds:
@@ -121,8 +142,9 @@ class Surrogate:
 
     def __init__(self, search: SearchSpec, history: History):
         self.value = ValueModel(search, [(p, v) for p, out, v in history if out == "ok"])
-        self.startup = Odds([(p, out == "startup") for p, out, _ in history])
-        self.load = Odds([(p, out in ("load", "pruned")) for p, out, _ in history if out != "startup"])
+        self.startup = Odds([(p, out == "startup") for p, out, _ in history if out != "explained"])
+        self.load = Odds([(p, out in ("load", "pruned")) for p, out, _ in history
+                          if out not in ("startup", "explained")])
 
     def startup_risk(self, params: dict[str, Any]) -> float:
         return 1.0 if self.startup.always(params) else self.startup(params)
@@ -131,11 +153,11 @@ class Surrogate:
         return 1.0 - (1.0 - self.startup_risk(params)) * (1.0 - self.load(params))
 
     def score(self, params: dict[str, Any]) -> float:
-        return self.value.predict(params) * (1.0 - self.waste(params))
+        return self.value.upper(params) * (1.0 - self.waste(params))
 
 
 def startup_risk(params: dict[str, Any], history: History) -> float:
     """Startup-crash odds; 1.0 when one of the config's knob values crashed at startup every time (at least
     twice), e.g. a backend the hardware does not support."""
-    odds = Odds([(p, out == "startup") for p, out, _ in history])
+    odds = Odds([(p, out == "startup") for p, out, _ in history if out != "explained"])
     return 1.0 if odds.always(params) else odds(params)
