@@ -8,8 +8,8 @@ Two rules, both read from the study's own crashes; a proposal they flag is never
   the crash by it did not crash: for a startup crash, one that started (the catalog's repairs were not the
   whole story); for a load crash, one that served as much as the crashed one did at the level it crashed at
   (a baseline capped at 64 running requests never reaches the batches that crash, so it refutes nothing).
-- **Unexplained startup crash** (`suspects`): the knob values of a startup-crashed config that no config that
-  started has ever had. A proposal with all of them (usually one: a backend the hardware lacks) is flagged.
+- **Unexplained startup crash** (`suspects`): a startup crash the catalog has no repairs for; the knob values of
+  the crashed config that no config that started has ever had. A proposal with all of them (usually one: a backend the hardware lacks) is flagged.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]
             continue
         if keeps_crash(search, params, crashed) and not _refuted(search, crashed, seen):
             return crashed
-        if crashed.crash_phase == "startup":
+        if crashed.crash_phase == "startup" and not crashed.fixes:    # the catalog explains the others
             sus = suspects(crashed, seen)
             if sus and all(params.get(k) == v for k, v in sus.items()):
                 return crashed

@@ -21,7 +21,7 @@ from tunectl.profile import ParamSpec, SearchSpec
 History = list[tuple[dict[str, Any], str, float]]   # (params, outcome, stable value); outcome: ok, startup,
                                                     # explained (a startup crash with catalog repairs), load, pruned
 RIDGE = 1.0
-EXPLORE = 1.0          # standard deviations of optimism in the local steps' ranking
+EXPLORE = 2.0          # standard deviations of optimism in the local steps' ranking
 NOISE_FLOOR = 0.01     # log-throughput variance assumed at least (about 10%)
 PRIOR_WEIGHT = 2.0
 

@@ -45,9 +45,16 @@ def test_repairs_for_an_unknown_id_reads_the_exception_line() -> None:
     assert crashes.repairs_for("no_such_signature", "nothing the catalog knows") == ()
 
 
+# The seeds' hand-tuned config (1,950 tok/s at 256, then page_table_1_flattened at 512): the embedded profile keeps it
+# as a comment only; these tests hand it over as try_first to start from a known fast crashing config.
+SEEDS = {"disable-cuda-graph": True, "max-running-requests": 2048, "flashinfer-cutlass-autotune": True,
+         "disable-radix-cache": True}
+
+
 def sim_profile() -> Any:
     prof = load_profile(default_profile_path())
     prof.search.finalists.top_k = 0
+    prof.search.try_first = [SEEDS]
     return prof
 
 
@@ -152,3 +159,18 @@ def test_no_run_config_keeps_a_startup_crash_seen_before(tmp_path: Path) -> None
     vetoed = [t for t in study.trials if "vetoed" in t.user_attrs]
     assert all(t.state == TrialState.FAIL for t in vetoed)              # never run, never counted
     assert len({config_key(t.params) for t in trials}) == len(trials)
+
+
+def test_a_startup_capture_oom_is_repaired_not_banned(tmp_path: Path) -> None:
+    """Graphs up to 512 do not fit at mem fraction 0.88: the next trial keeps max bs 512 and lowers the mem fraction
+    as far as the OOM message says is missing (one step of the grid here), and it starts."""
+    prof = sim_profile()
+    prof.search.try_first = [{"cuda-graph-max-bs": 512}]
+    out = run_search(prof, trials=4, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    trials = search_trials(out.storage, prof.name)
+    crashed, repair = trials[1], trials[2]
+    assert crashed.user_attrs["crash_signature"] == "capture_cuda_graph_failed"
+    assert repair.user_attrs["proposed_by"] == "repair" and repair.user_attrs["repair_of"] == crashed.number
+    changed = {k: v for k, v in repair.params.items() if crashed.params.get(k) != v}
+    assert list(changed) == ["mem-fraction-static"] and changed["mem-fraction-static"] < 0.88
+    assert repair.params["cuda-graph-max-bs"] == 512 and "crash_class" not in repair.user_attrs

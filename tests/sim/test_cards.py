@@ -129,3 +129,16 @@ def test_model_info_and_gpu_come_from_the_card(launch) -> None:
     assert status == 200 and info["model_type"] == "qwen3_moe" and info["architectures"] == ["Qwen3MoeForCausalLM"]
     assert srv.get("/server_info")[1]["sim_gpu"] == "NVIDIA L40S"
     assert "max_total_num_tokens=" in srv.text()
+
+
+@pytest.mark.parametrize("name", [c for c in known_cards() if c != "glm5-nvfp4-8x-rtx-pro-6000"])
+def test_documented_optimum_matches_the_model(name: str) -> None:
+    """Each new card records the best stable config of its profile's grid (bench/search_efficiency.py --scan);
+    the model still gives that throughput there (GLM-5's is checked in test_model.py)."""
+    from tunectl.virtual import VirtualEvaluator
+
+    best = load_card(name).landscape.best_stable
+    prof = load_profile(ROOT / best.profile)
+    runs = [VirtualEvaluator(prof, s)(0, dict(best.flags), "search") for s in range(2)]
+    assert all(r.status == "ok" for r in runs)
+    assert min(r.best_output_throughput for r in runs) == pytest.approx(best.output_throughput, rel=0.01)
