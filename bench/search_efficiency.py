@@ -1,6 +1,6 @@
 """Search efficiency on the stand-in's virtual-clock model, over every sim card: tunectl's search vs random.
 
-For each profile (default: every `profiles/sim-*.yaml`), sampler and seed, a full `run_search` (the real loop,
+For each profile (default: every `profiles/sim-*.yaml`), sampler and seed, a full `run_search` without the profile's `try_first` (the real loop,
 storage and feedback; the trial engine replaced by the model) with the profile's space. Reported per profile and
 sampler: trials until a stable config reaches 95% of the best stable throughput of the space (the card's
 documented optimum for that profile, or `--scan`: exhaustive over the profile's grid), and the share of trials
@@ -82,10 +82,12 @@ def card_best(path: str, pool: Any, jobs: int, seeds: int = 2) -> tuple[float, d
     return value, where, sum(p[2] for p in parts) / max(1, len(configs)), len(configs)
 
 
-def one_run(job: tuple[str, str, int, int, float]) -> dict[str, Any]:
-    path, sampler, seed, trials, target = job
+def one_run(job: tuple[str, str, int, int, float, bool]) -> dict[str, Any]:
+    path, sampler, seed, trials, target, keep_try_first = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     p = load_profile(path)
+    if not keep_try_first:
+        p.search.try_first = []                 # the search on its own: no hand-listed start
     p.search.sampler = sampler  # type: ignore[assignment]
     p.search.finalists.top_k = 0
     started = time.monotonic()
@@ -170,6 +172,8 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=None, help="the best stable throughput of the space")
     ap.add_argument("--scan", action="store_true", help="find the target by an exhaustive pass over each profile's "
                     "grid (default: the card's documented optimum for that profile)")
+    ap.add_argument("--with-try-first", action="store_true",
+                    help="keep the profiles' search.try_first configs (default: the search on its own)")
     ap.add_argument("--scan-only", action="store_true", help="print each profile's best stable config and stop")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = ap.parse_args()
@@ -181,7 +185,8 @@ def main() -> None:
         if args.scan_only:
             return
         seeds = range(args.first_seed, args.first_seed + args.seeds)
-        jobs = [(p, s, seed, args.trials, goal[p]) for p in paths for s in args.samplers.split(",") for seed in seeds]
+        jobs = [(p, s, seed, args.trials, goal[p], args.with_try_first)
+                for p in paths for s in args.samplers.split(",") for seed in seeds]
         runs = pool.map(one_run, jobs, chunksize=1)
     results: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}
     for path in paths:
