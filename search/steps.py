@@ -169,7 +169,7 @@ class Steps:
         for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0]):
             out.append((t, self._fixes(t), {}))
         facts = incumbent.user_attrs.get("server_facts", {}) if incumbent is not None else {}
-        top = max((c for _, c, status, _, _ in incumbent.user_attrs.get("ladder") or [] if status == "ok"),
+        top = max((st.concurrency for st in ladder_steps(incumbent.user_attrs.get("ladder")) if st.status == "ok"),
                   default=0) if incumbent is not None else 0
         if incumbent is not None and facts.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
             wl = self.prof.bench.workloads[0]
