@@ -12,6 +12,7 @@ from typing import Any
 
 from tunectl import redact
 from tunectl.models import LevelResult, TrialResult
+from tunectl.stats import Interval, compare, gain, pooled, spread
 from tunectl.store import StudyStore, read_json
 
 FINISHED = ("ok", "crashed", "pruned")
@@ -144,10 +145,29 @@ def winner_number(data: StudyData) -> dict[str, Any] | None:
     value = statistics.fmean(values)
     base = baseline_trial(data.trials)
     base_value = base.best_output_throughput if base is not None and base.status == "ok" else None
-    return {"trial": best.trial, "value": value, "runs": [t.trial for t in runs] or [best.trial],
-            "values": values, "n": len(values), "min": min(values), "max": max(values),
-            "baseline": base_value, "baseline_trial": base.trial if base is not None else None,
-            "gain": value / base_value if base_value else None}
+    out = {"trial": best.trial, "value": value, "runs": [t.trial for t in runs] or [best.trial],
+           "values": values, "n": len(values), "min": min(values), "max": max(values),
+           "baseline": base_value, "baseline_trial": base.trial if base is not None else None,
+           "gain": value / base_value if base_value else None}
+    out.update(_intervals(runs or [best], base if base_value else None, best_info(data).get("ties") or []))
+    return out
+
+
+def _intervals(runs: list[TrialResult], base: TrialResult | None, ties: list[int]) -> dict[str, Any]:
+    """The winner's 95% interval over its launches (each launch's peak level interval, pooled: tunectl.stats),
+    the launch-to-launch spread, the gain over the baseline with its interval and verdict, and ties."""
+    def launch(t: TrialResult) -> Interval:
+        peak = peak_level(t)
+        return Interval.of(t.best_output_throughput, peak.output_throughput_ci95 if peak else None)
+
+    win = pooled([launch(t) for t in runs])
+    out: dict[str, Any] = {"ci95": [win.low, win.high], "spread": spread([t.best_output_throughput for t in runs]),
+                           "ties": list(ties)}
+    if base is not None:
+        b = launch(base)
+        g = gain(win, b)
+        out.update({"baseline_ci95": [b.low, b.high], "gain_ci95": [g.low, g.high], "gain_verdict": compare(win, b)})
+    return out
 
 
 def headline(number: dict[str, Any]) -> str:
@@ -156,12 +176,20 @@ def headline(number: dict[str, Any]) -> str:
     if not number:
         return "no stable configuration"
     text = f"{number['value']:,.1f} output tok/s"
+    ci = number.get("ci95")
     if number["n"] > 1:
-        text += f" (mean of {number['n']} runs, {number['min']:,.1f}-{number['max']:,.1f})"
+        text += f" (mean of {number['n']} runs, {number['min']:,.1f}-{number['max']:,.1f}"
+        text += f"; 95% interval {ci[0]:,.1f}-{ci[1]:,.1f})" if ci else ")"
     else:
-        text += " (1 run)"
+        text += f" (1 run; 95% interval {ci[0]:,.1f}-{ci[1]:,.1f})" if ci and ci[0] != ci[1] else " (1 run)"
     if number.get("gain"):
-        text += f", {number['gain']:.2f}x the baseline ({number['baseline']:,.1f})"
+        g = number.get("gain_ci95")
+        text += f", {number['gain']:.2f}x" + (f" ({g[0]:.2f}-{g[1]:.2f})" if g else "")
+        text += f" the baseline ({number['baseline']:,.1f})"
+        if number.get("gain_verdict") == "tie":
+            text += ": a tie, inside the noise"
+    if number.get("ties"):
+        text += f"; a tie with trial {', '.join(map(str, number['ties']))} (intervals overlap)"
     return text
 
 
@@ -216,6 +244,8 @@ def summary(data: StudyData) -> dict[str, Any]:
         out["best"]["confirmed_value"] = number["value"]    # the mean over the search run and its reruns
     if number.get("gain"):
         out["best"]["speedup_vs_baseline"] = number["gain"]
+    if peak is not None and peak.output_throughput_ci95:
+        out["best"]["level_ci95"], out["best"]["samples"] = peak.output_throughput_ci95, peak.samples
     return out
 
 

@@ -68,7 +68,7 @@ def best_level(result: TrialResult, prof: Profile) -> tuple[LevelResult | None, 
     slo = dict(prof.objective.slo)
     meeting = [lv for lv in levels if slo_violation(lv, slo) <= 0]
     if meeting:
-        return max(meeting, key=lambda lv: lv.metrics.get(prof.objective.metric, 0.0)), min(
+        return max(meeting, key=lambda lv: lv.value(prof.objective.metric)), min(
             slo_violation(lv, slo) for lv in meeting)
     least = min(levels, key=lambda lv: slo_violation(lv, slo))
     return least, slo_violation(least, slo)
@@ -82,7 +82,7 @@ def crash_constraint(result: TrialResult, prof: Profile) -> float:
 
 
 def _values(lv: LevelResult | None, prof: Profile) -> list[float]:
-    thr = float(lv.metrics.get(prof.objective.metric, 0.0)) if lv else 0.0
+    thr = lv.value(prof.objective.metric) if lv else 0.0
     if not prof.objective.multi_objective:
         return [thr]
     ttft = float(lv.metrics.get("p99_ttft_ms", PENALTY_LATENCY_MS)) if lv else PENALTY_LATENCY_MS
@@ -94,8 +94,15 @@ def ladder_attr(result: TrialResult) -> list[dict[str, Any]]:
     return [LadderStep.of(lv).to_dict() for lv in result.levels]
 
 
+def ladder_ci_attr(result: TrialResult) -> list[list[Any]]:
+    """[workload, concurrency, low, high, samples] per level with a measured 95% interval."""
+    return [[lv.workload, lv.concurrency, *lv.output_throughput_ci95, lv.samples]
+            for lv in result.levels if lv.output_throughput_ci95]
+
+
 def evidence_attrs(result: TrialResult) -> dict[str, Any]:
     attrs: dict[str, Any] = {"status": result.status, "ladder": ladder_attr(result),
+                             "ladder_ci": ladder_ci_attr(result),
                              "max_stable_concurrency": result.max_stable_concurrency,
                              "wall_s": round(result.wall_s, 3), "attempt": result.attempt}
     if result.server_facts:
@@ -138,4 +145,6 @@ def judge(result: TrialResult, prof: Profile, infra_tries: int = 0, flaky_tries:
         reason = "ok" if slo_c <= 0 else "SLO not met"
     if lv is not None:
         attrs["best_concurrency"] = lv.concurrency
+        if lv.output_throughput_ci95 and prof.objective.metric == "output_throughput":
+            attrs["objective_ci95"] = lv.output_throughput_ci95
     return Verdict(TrialState.COMPLETE, _values(lv, prof), constraints, attrs, reason=reason)

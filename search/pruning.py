@@ -5,6 +5,11 @@ Each stable level is reported to Optuna as an intermediate value (step = positio
 best seen at the same level (below `margin` x that best), or when it cannot reach the incumbent even if it scaled
 from here like the best-scaling finished trial did. Never at the last level (nothing left to save). The time the
 skipped levels would have taken is estimated from the trials that ran them.
+
+Noise-aware: levels carry a 95% interval (`output_throughput_ci95`; a point where none was measured). A config
+is stopped only when its interval lies wholly below the reference's: the best trial's interval at the same level,
+or the incumbent's interval for the scaling bound. What the decision rested on is kept on the trial
+(`pruned_by`: level, its interval, the reference interval), so every prune can be checked afterwards.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tunectl.models import LadderStep, LevelResult, ladder_steps
 from tunectl.profile import Pruning
+from tunectl.stats import Interval
 
 LevelKey = tuple[str, int]
 MIN_FEASIBLE_FOR_BOUND = 5      # scaling bounds need a few finished configs before they are trusted
@@ -25,14 +31,22 @@ def _ladders(trials: list[FrozenTrial]) -> list[list[LadderStep]]:
     return [ladder_steps(t.user_attrs.get("ladder")) for t in trials if t.state == TrialState.COMPLETE]
 
 
-def best_per_level(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
-    """Best stable output throughput per (workload, concurrency) over finished trials."""
-    best: dict[LevelKey, float] = {}
-    for ladder in _ladders(trials):
-        for s in ladder:
-            if s.status == "ok":
-                key = (s.workload, s.concurrency)
-                best[key] = max(best.get(key, 0.0), s.output_throughput)
+def _cis(t: FrozenTrial) -> dict[LevelKey, tuple[float, float]]:
+    rows = t.user_attrs.get("ladder_ci")
+    return {(w, int(c)): (float(lo), float(hi)) for w, c, lo, hi, *_ in rows} if isinstance(rows, list) else {}
+
+
+def best_per_level(trials: list[FrozenTrial]) -> dict[LevelKey, Interval]:
+    """Best stable output throughput per (workload, concurrency) over finished trials, with its interval."""
+    best: dict[LevelKey, Interval] = {}
+    for t in trials:
+        if t.state != TrialState.COMPLETE:
+            continue
+        cis = _cis(t)
+        for s in ladder_steps(t.user_attrs.get("ladder")):
+            key = (s.workload, s.concurrency)
+            if s.status == "ok" and (key not in best or s.output_throughput > best[key].value):
+                best[key] = Interval.of(s.output_throughput, cis.get(key))
     return best
 
 
@@ -51,9 +65,13 @@ def scaling_bounds(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
     return bound
 
 
-def incumbent(trials: list[FrozenTrial]) -> float:
-    return max((t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values
-                and all(v <= 0 for v in t.constraints.values())), default=0.0)
+def incumbent(trials: list[FrozenTrial]) -> Interval:
+    """The best feasible trial's value with its interval (a zero point when there is none)."""
+    best = max((t for t in trials if t.state == TrialState.COMPLETE and t.values
+                and all(v <= 0 for v in t.constraints.values())), key=lambda t: t.values[0], default=None)
+    if best is None:
+        return Interval(0.0, 0.0, 0.0)
+    return Interval.of(best.values[0], best.user_attrs.get("objective_ci95"))
 
 
 def mean_durations(trials: list[FrozenTrial]) -> dict[LevelKey, float]:
@@ -82,6 +100,7 @@ class LadderPruner:
         self.seen = 0
         self.running_best = 0.0
         self.pruned_at: LevelKey | None = None
+        self.evidence: dict[str, Any] = {}
 
     def __call__(self, lv: LevelResult) -> bool:
         return self.should_prune(lv)
@@ -95,19 +114,27 @@ class LadderPruner:
         if not self.cfg.enabled or self.seen < self.cfg.min_levels:
             return False
         key = (lv.workload, lv.concurrency)
-        self.running_best = max(self.running_best, lv.output_throughput)
+        mine = Interval.of(lv.output_throughput, lv.output_throughput_ci95)
+        self.running_best = max(self.running_best, mine.high)
         if self.planned and key == self.planned[-1]:
             return False                        # the ladder is done: nothing left to save
-        if self.running_best >= self.incumbent:
-            return False                        # an earlier level already beats the incumbent
+        if self.running_best >= self.incumbent.low:
+            return False                        # an earlier level already reaches the incumbent (noise included)
         ref = self.best.get(key)
-        clearly_worse = ref is not None and lv.output_throughput < self.cfg.margin * ref
+        clearly_worse = ref is not None and mine.value < self.cfg.margin * ref.value and mine.high < ref.low
         # even scaling up like the best-scaling finished trial did, it could not reach the incumbent
         hopeless = (self.n_feasible >= MIN_FEASIBLE_FOR_BOUND and key in self.bounds
-                    and lv.output_throughput * self.bounds[key] * BOUND_SLACK < self.incumbent)
+                    and mine.high * self.bounds[key] * BOUND_SLACK < self.incumbent.low)
         if not (clearly_worse or hopeless):
             return False
         self.pruned_at = key
+        self.evidence = {"level": list(key), "ci95": [mine.low, mine.high],
+                         "reference": "best at this level" if clearly_worse else "incumbent (scaling bound)",
+                         "reference_ci95": [ref.low, ref.high] if clearly_worse and ref else
+                         [self.incumbent.low, self.incumbent.high],
+                         "bound": round(self.bounds.get(key, 0.0) * BOUND_SLACK, 4) if not clearly_worse else None}
+        if self.trial is not None:
+            self.trial.set_user_attr("pruned_by", self.evidence)
         return True
 
     def saved_s(self) -> float:

@@ -13,6 +13,7 @@ from typing import Callable
 
 from tunectl.sim.setup import Setup
 from tunectl.sim.logs import Log
+from tunectl.sim.metrics import Metrics
 from tunectl.sim.sched import Req, RuntimeCrash, Scheduler, Step
 
 DECODE_LOG_INTERVAL = 40
@@ -37,6 +38,7 @@ class Engine:
         self.vnow = 0.0                   # modeled seconds since t0
         self.decode_steps = 0
         self.last_gen_throughput = 0.0
+        self.metrics = Metrics()
         self._tok_since_log, self._vt_last_log = 0, 0.0
 
     def modeled_now(self) -> float:
@@ -91,9 +93,13 @@ class Engine:
         self.on_crash(RuntimeCrash("watchdog_timeout", msg))
 
     def _deliver(self, step: Step) -> None:
-        sched, every = self.sched, self.setup.stream_interval
+        sched, every, m = self.sched, self.setup.stream_interval, self.metrics
         for r in step.joined:
             r.first_token_t = self.vnow if r.first_token_t is None else r.first_token_t
+            m.observe_ttft(self.vnow - r.arrival)
+        m.prompt_tokens += step.new_tokens
+        m.generation_tokens += step.bs if step.kind == "decode" else len(step.joined)
+        m.running, m.queued = len(sched.running), len(sched.waiting)
         if step.kind == "decode":
             for r in sched.running.values():
                 g = sched.generated(r)
@@ -125,7 +131,7 @@ class Engine:
         if self.decode_steps % DECODE_LOG_INTERVAL:
             return
         dt = max(1e-9, self.vnow - self._vt_last_log)
-        self.last_gen_throughput = self._tok_since_log / dt
+        self.last_gen_throughput = self.metrics.gen_throughput = self._tok_since_log / dt
         self._tok_since_log, self._vt_last_log = 0, self.vnow
         self.log(f"Decode batch, #running-req: {step.bs}, #token: {s.kv_used}, token usage: {usage:.2f}, "
                  f"cuda graph: {step.graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "

@@ -33,7 +33,14 @@ class Api:
         r.add_post("/generate", self.generate)
         r.add_post("/v1/completions", self.completions)
         r.add_route("*", "/flush_cache", self.flush_cache)
+        if getattr(self.st.ns, "enable_metrics", False):
+            r.add_get("/metrics", self.metrics)
         return app
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        eng: Engine | None = self.st.engine
+        text = eng.metrics.render(self.st.served_name) if eng is not None else ""
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     @web.middleware
     async def _access_log(self, request: web.Request, handler: Any) -> web.StreamResponse:

@@ -60,15 +60,20 @@ def test_launch_json_argv_reproduces_the_launch(tmp_path):
     assert launch["env"]["TUNECTL_RUN_ID"] == launch["run_id"]
 
 
-def test_seeds_config_crashes_at_512_with_evidence(tmp_path):
+def test_seeds_config_crashes_under_load_with_evidence(tmp_path):
+    # The seeds: page_table_1_flattened at 512, and at 256 on one run of two. Steady-state levels run several
+    # waves, so the crash may come at 256 already; either way it is the same finding.
     c = ctx(tmp_path, [64, 256, 512])
     r = run_trial(c, 0, SEEDS)
     assert r.status == "crashed"
-    assert [(lv.concurrency, lv.status) for lv in r.levels] == [(64, "ok"), (256, "ok"), (512, "crashed")]
-    assert r.max_stable_concurrency == 256 and r.crashed_level == 512
+    at = r.crashed_level
+    assert at in (256, 512)
+    assert [(lv.concurrency, lv.status) for lv in r.levels] == [
+        (lv, "ok") for lv in (64, 256) if lv < at] + [(at, "crashed")]
+    assert r.max_stable_concurrency == (64 if at == 256 else 256)
     assert r.crash.signature == "page_table_1_flattened" and r.crash.exit_code == 137
     assert r.launch.env["TUNECTL_SIM_PATCHES"] == "0001-flashinfer-cutlass-autotune"
-    saved = json.loads((c.store.trial_dir(0) / "levels" / "random-c512.json").read_text())
+    saved = json.loads((c.store.trial_dir(0) / "levels" / f"random-c{at}.json").read_text())
     assert saved["crash"]["exception_line"].startswith("AttributeError: 'PrefillMetadata'")
     assert run_pids(r.launch.run_id) == []
 

@@ -71,11 +71,26 @@ class LevelResult:
     duration_s: float = 0.0
     client_bound: bool = False
     crash: CrashInfo | None = None
+    # The steady window (warm-up and drain left out): metrics["steady_output_throughput"] with its 95% interval,
+    # the steady requests it rests on, the batches the interval comes from, and whether the level's time cap
+    # ended it before the interval was as precise as asked. metrics["output_throughput"] stays
+    # sglang.bench_serving's whole-run definition (all tokens / whole duration).
+    output_throughput_ci95: list[float] | None = None
+    samples: int = 0
+    batches: int = 0
+    capped: bool = False
+    witness: dict[str, Any] = field(default_factory=dict)   # server-side figures and the client/server gap
     schema: int = SCHEMA_VERSION
 
     @property
     def output_throughput(self) -> float:
-        return float(self.metrics.get("output_throughput", 0.0))
+        """The level's throughput: the steady window's when measured, else the whole run's."""
+        return self.value("output_throughput")
+
+    def value(self, metric: str) -> float:
+        if metric == "output_throughput" and "steady_output_throughput" in self.metrics:
+            return float(self.metrics["steady_output_throughput"])
+        return float(self.metrics.get(metric, 0.0))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -207,6 +207,12 @@ class BenchSpec(Strict):
     backend: Literal["sglang", "sglang-oai"] = "sglang"
     saturation_stop: float | None = None          # stop the ladder when gain over the last level < this share
     request_timeout_s: float = 600.0
+    # Steady-state levels (built-in client): a level lasts at least min_level_s (modeled seconds on the stand-in)
+    # and prompts_per_level waves, then until its 95% interval's half-width is <= precision x the steady
+    # throughput, or max_level_s (the cap, reported on the level). precision null: exactly the planned requests.
+    min_level_s: float = Field(10.0, ge=0)
+    precision: float | None = Field(0.03, gt=0, lt=1)
+    max_level_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
     def _levels_sorted(self) -> BenchSpec:

@@ -252,8 +252,13 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
         best_t = cands[0]                           # finalists disabled: the best search trial
     best = None
     if best_t is not None:
+        measured = win.interval if win else fin.trial_interval(best_t)
         best = {"trial": best_t.number, "params": dict(best_t.params), "value": best_t.values[0],
                 "confirmed_value": win.score if win else None, "metric": prof.objective.metric,
+                "ci95": [measured.low, measured.high], "launches": measured.n,
+                "launch_spread": win.launch_spread if win else None,
+                "ties": fin.ties(verdicts, win) if win else [],
+                "gain": fin.gain_over(measured, fin.baseline_interval(trials)),
                 "ladder": best_t.user_attrs.get("ladder"), "best_concurrency": best_t.user_attrs.get(
                     "best_concurrency"), **_launch_of(store, best_t.number)}
     order = sorted(search, key=lambda t: t.number)

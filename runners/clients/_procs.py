@@ -19,21 +19,27 @@ from collections.abc import Callable
 from typing import Any
 
 from tunectl.runners.clients._share import ShareResult, run_share
-from tunectl.runners.clients.prompts import Prompt
+from tunectl.runners.clients.prompts import Prompt, PromptStream
+from tunectl.runners.clients.steady import Control, Cycle
 
 _CTX = mp.get_context("forkserver")
 _CTX.set_forkserver_preload(["tunectl.runners.clients._share", "tunectl.runners.clients.prompts"])
 ABORT_GRACE_S = 0.5         # after an abort, workers that have not answered by then are killed
 
 
-def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt], conc: int, barrier: Any, stop: Any,
-            counters: Any, results: Any) -> None:
+def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStream, conc: int, barrier: Any,
+            stop: Any, counters: Any, results: Any, enough: Any, cycles: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
     base_url, backend, model, timeout_s = args
     view = _Slot(counters, idx)
+    on_cycle = None
+    if cycles is not None:
+        cycles.cancel_join_thread()      # the parent reads the final cycles from the result, not from here
+        on_cycle = lambda c: cycles.put((c.start, c.end, c.next_start, c.tokens))  # noqa: E731
     try:
         barrier.wait(timeout=60)
-        res = asyncio.run(run_share(base_url, backend, model, prompts, conc, timeout_s, stop.is_set, view))
+        res = asyncio.run(run_share(base_url, backend, model, prompts, conc, timeout_s, stop.is_set, view,
+                                    more=lambda _n: not enough.is_set(), on_cycle=on_cycle))
     except Exception as e:  # noqa: BLE001 - the parent must get an answer from every worker
         now = time.perf_counter()
         res = ShareResult(records=[], t0=now, t_end=now, errors=[f"worker {idx}: {type(e).__name__}: {e}"])
@@ -41,10 +47,10 @@ def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt], conc: int, b
 
 
 class _Slot:
-    """counters[idx*3 : idx*3+3] of a shared array, indexable like a 3-list."""
+    """counters[idx*4 : idx*4+4] (done, failed, tokens, started) of a shared array, indexable like a 4-list."""
 
     def __init__(self, arr: Any, idx: int):
-        self.arr, self.base = arr, idx * 3
+        self.arr, self.base = arr, idx * 4
 
     def __getitem__(self, i: int) -> int:
         return self.arr[self.base + i]
@@ -60,24 +66,57 @@ def _split(prompts: list[Prompt], concurrency: int, procs: int) -> list[tuple[li
     return [(prompts[cuts[i]:cuts[i + 1]], conc[i]) for i in range(procs)]
 
 
-def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt], concurrency: int, procs: int,
-                  timeout_s: float, should_abort: Callable[[], bool],
-                  progress: Callable[[dict[str, Any]], None] | None) -> list[ShareResult]:
-    barrier, stop, results = _CTX.Barrier(procs), _CTX.Event(), _CTX.Queue()
-    counters = _CTX.RawArray("q", 3 * procs)
-    parts = _split(prompts, concurrency, procs)
+def _stream_split(stream: PromptStream, concurrency: int, procs: int) -> list[tuple[PromptStream, int]]:
+    conc = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+    return [(PromptStream(stream.spec, stream.salt, i, stream.limit * conc[i] // concurrency + 1), conc[i])
+            for i in range(procs)]
+
+
+def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt] | PromptStream, concurrency: int,
+                  procs: int, timeout_s: float, should_abort: Callable[[], bool],
+                  progress: Callable[[dict[str, Any]], None] | None,
+                  control: Control | None = None) -> list[ShareResult]:
+    """`prompts`: a fixed list (split in proportion), or a PromptStream with a `control` deciding on-line (from
+    the cycles the workers send) when the level has measured enough."""
+    barrier, stop, results, enough = _CTX.Barrier(procs), _CTX.Event(), _CTX.Queue(), _CTX.Event()
+    cycles = _CTX.Queue() if control is not None else None
+    counters = _CTX.RawArray("q", 4 * procs)
+    parts = _stream_split(prompts, concurrency, procs) if isinstance(prompts, PromptStream) else \
+        _split(prompts, concurrency, procs)
     workers = [_CTX.Process(target=_worker, daemon=True, name=f"bench-{i}",
                             args=(i, (base_url, backend, model, timeout_s), part, conc, barrier, stop, counters,
-                                  results)) for i, (part, conc) in enumerate(parts)]
+                                  results, enough, cycles)) for i, (part, conc) in enumerate(parts)]
     for w in workers:
         w.start()
-    got = _collect(workers, results, stop, should_abort, _Reporter(progress, counters, len(prompts)))
+    report = _Reporter(progress, counters, len(prompts) if isinstance(prompts, list) else 0)
+    got = _collect(workers, results, stop, should_abort, report, _Steer(control, cycles, enough, counters))
     aborted = should_abort()
     _reap(workers, 0.2 if aborted else 5.0)
     shares = [got.get(i) or _lost(i) for i in range(procs)]
     for res in shares:
         res.aborted = res.aborted or aborted
     return shares
+
+
+class _Steer:
+    """The parent's side of an open-length level: feeds the workers' cycles to the Control, sets `enough`."""
+
+    def __init__(self, control: Control | None, cycles: Any, enough: Any, counters: Any):
+        self.control, self.cycles, self.enough, self.counters = control, cycles, enough, counters
+
+    def __call__(self) -> None:
+        if self.control is None:
+            return
+        while True:                      # always drained: a worker with unread items could not exit
+            try:
+                item = self.cycles.get_nowait()
+            except queue.Empty:
+                break
+            if not self.enough.is_set():
+                self.control.add(Cycle(*item))
+        started = sum(self.counters[3::4])
+        if started and not self.enough.is_set() and self.control.done(started):
+            self.enough.set()
 
 
 def _reap(workers: list[Any], grace_s: float) -> None:
@@ -97,13 +136,13 @@ class _Reporter:
 
     def __call__(self) -> None:
         if self.progress and time.monotonic() >= self.next:
-            done, failed, toks = (sum(self.counters[k::3]) for k in range(3))
-            self.progress({"done": done, "failed": failed, "total": self.total, "output_tokens": toks})
+            done, failed, toks, started = (sum(self.counters[k::4]) for k in range(4))
+            self.progress({"done": done, "failed": failed, "total": self.total or started, "output_tokens": toks})
             self.next = time.monotonic() + 0.25
 
 
 def _collect(workers: list[Any], results: Any, stop: Any, should_abort: Callable[[], bool],
-             report: _Reporter) -> dict[int, ShareResult]:
+             report: _Reporter, steer: _Steer) -> dict[int, ShareResult]:
     """Gather the workers' results; after an abort wait at most ABORT_GRACE_S for them."""
     got: dict[int, ShareResult] = {}
     abort_at: float | None = None
@@ -120,6 +159,7 @@ def _collect(workers: list[Any], results: Any, stop: Any, should_abort: Callable
             if all(not w.is_alive() for w in workers) and results.empty():
                 break
         report()
+        steer()
     return got
 
 

@@ -21,6 +21,7 @@ import aiohttp
 
 from tunectl.runners.clients.metrics import ReqRecord
 from tunectl.runners.clients.prompts import Prompt
+from tunectl.runners.clients.steady import Cycle
 
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 MAX_ERRORS = 5
@@ -32,6 +33,7 @@ class ShareResult:
     t0: float
     t_end: float
     lag_ms: list[float] = field(default_factory=list)   # event-loop oversleep samples
+    cycles: list[Cycle] = field(default_factory=list)   # request start -> its stream's next start (steady window)
     cpu_s: float = 0.0
     aborted: bool = False
     server_gone: bool = False
@@ -118,21 +120,45 @@ async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: s
 
 
 class _Share:
-    def __init__(self, base: str, backend: str, model: str, prompts: Sequence[Prompt], concurrency: int,
-                 should_abort: Callable[[], bool], counters: Any):
+    def __init__(self, base: str, backend: str, model: str, prompts: Sequence[Prompt] | Callable[[], Prompt | None],
+                 concurrency: int, should_abort: Callable[[], bool], counters: Any,
+                 more: Callable[[int], bool] | None = None, on_cycle: Callable[[Cycle], None] | None = None):
         self.base, self.backend, self.model = base.rstrip("/"), backend, model
-        self.prompts, self.concurrency = prompts, concurrency
+        self.source = prompts if callable(prompts) else iter(prompts).__next__
+        self.concurrency = concurrency
         self.should_abort = should_abort
-        self.counters = counters if counters is not None else [0, 0, 0]
-        self.next = 0
+        self.counters = counters if counters is not None else [0, 0, 0, 0]
+        self.more = more or (lambda started: True)
+        self.on_cycle = on_cycle
+        self.started = 0
         self.res = ShareResult(records=[], t0=0.0, t_end=0.0)
 
+    def _next(self) -> Prompt | None:
+        if self.res.server_gone or not self.more(self.started):
+            return None
+        try:
+            p = self.source()
+        except StopIteration:
+            return None
+        if p is not None:
+            self.started += 1
+            self.counters[3] += 1
+        return p
+
+    def _cycle(self, prev: ReqRecord | None, now: float) -> None:
+        if prev is None:
+            return
+        c = Cycle(prev.start, prev.start + prev.latency, now, prev.output_len if prev.success else 0)
+        self.res.cycles.append(c)
+        if self.on_cycle:
+            self.on_cycle(c)
+
     async def worker(self, session: aiohttp.ClientSession) -> None:
-        while self.next < len(self.prompts) and not self.res.server_gone:
-            p = self.prompts[self.next]
-            self.next += 1
+        prev: ReqRecord | None = None
+        while (p := self._next()) is not None:
             rec = ReqRecord(input_len=p.input_len)
             self.res.records.append(rec)
+            self._cycle(prev, time.perf_counter())
             try:
                 await _one(session, self.base, self.backend, self.model, p, rec, self.counters)
             except aiohttp.ClientConnectorError as e:
@@ -141,6 +167,9 @@ class _Share:
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 rec.error = f"{type(e).__name__}: {e}"[:300]
             self._count(rec)
+            prev = rec
+        if prev is not None:                # the stream's last request: its own time, not the drain's idle tail
+            self._cycle(prev, prev.start + prev.latency)
 
     def _count(self, rec: ReqRecord) -> None:
         if rec.error and len(self.res.errors) < MAX_ERRORS:
@@ -161,16 +190,21 @@ class _Share:
                 return
 
 
-async def run_share(base_url: str, backend: str, model: str, prompts: Sequence[Prompt], concurrency: int,
+async def run_share(base_url: str, backend: str, model: str,
+                    prompts: Sequence[Prompt] | Callable[[], Prompt | None], concurrency: int,
                     timeout_s: float, should_abort: Callable[[], bool] = lambda: False,
-                    counters: Any = None) -> ShareResult:
-    share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters)
+                    counters: Any = None, more: Callable[[int], bool] | None = None,
+                    on_cycle: Callable[[Cycle], None] | None = None) -> ShareResult:
+    """`prompts`: a list, or a callable giving the next prompt (None: no more); `more(started)` is asked before
+    each request (False: stop starting requests, let the ones in flight finish); `on_cycle` gets each Cycle."""
+    share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters, more, on_cycle)
     conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     cpu0 = time.process_time()
     async with aiohttp.ClientSession(connector=conn, timeout=timeout, read_bufsize=1 << 20) as session:
         share.res.t0 = time.perf_counter()
-        tasks = [asyncio.create_task(share.worker(session)) for _ in range(min(concurrency, len(prompts)))]
+        n = concurrency if callable(prompts) else min(concurrency, len(prompts))
+        tasks = [asyncio.create_task(share.worker(session)) for _ in range(n)]
         watcher = asyncio.create_task(share.watch(tasks))
         await asyncio.gather(*tasks, return_exceptions=True)
         share.res.t_end = time.perf_counter()

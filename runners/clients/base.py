@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.steady import Steady
 from tunectl.runners.hosts.base import Runner
 
 Abort = threading.Event | Callable[[], bool] | None
@@ -33,6 +34,12 @@ class Target:
     time_scale: float = 1.0           # the stand-in's clock: wall times / time_scale are modeled units
     request_timeout_s: float = 600.0
     level_timeout_s: float = 600.0    # the whole level, for a client run as one command
+    # Steady-state levels, for a client that can measure a steady window (the built-in one): at least
+    # num_prompts requests and min_level_s modeled seconds, then until the 95% interval's half-width is
+    # <= precision x the value or max_level_s (the cap). precision None: exactly num_prompts requests.
+    precision: float | None = None
+    min_level_s: float = 0.0
+    max_level_s: float = 120.0
 
 
 @dataclass
@@ -50,6 +57,8 @@ class LevelMetrics:
     server_gone: bool = False
     processes: int = 1
     client: dict[str, float] = field(default_factory=dict)
+    steady: Steady | None = None          # the steady window's throughput and its 95% interval, when measured
+    capped: bool = False                  # the level's time cap came before its interval was precise
 
     @property
     def ok(self) -> bool:

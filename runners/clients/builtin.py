@@ -37,9 +37,10 @@ from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients._share import MAX_ERRORS, ShareResult, run_share
 from tunectl.runners.clients.base import Abort, LevelMetrics, Progress, Target
 from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics
-from tunectl.runners.clients.prompts import Prompt, make_prompts, warmup_prompts
+from tunectl.runners.clients.prompts import Prompt, PromptStream, make_prompts, warmup_prompts
+from tunectl.runners.clients.steady import Control, StopRule, steady, steady_window
 
-__all__ = ["CLIENT", "METRIC_KEYS", "BuiltinClient", "LevelMetrics", "auto_processes", "run_level"]
+__all__ = ["CLIENT", "METRIC_KEYS", "BuiltinClient", "LevelMetrics", "StopRule", "auto_processes", "run_level"]
 
 STREAMS_PER_PROCESS = 128
 LAG_BOUND_MS = 5.0
@@ -60,38 +61,49 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
               backend: Literal["sglang", "sglang-oai"] = "sglang", model: str = "default",
               time_scale: float = 1.0, request_timeout_s: float = 600.0,
               progress: Callable[[dict[str, Any]], None] | None = None,
-              processes: int | Literal["auto"] = "auto", abort: Abort = None) -> LevelMetrics:
+              processes: int | Literal["auto"] = "auto", abort: Abort = None,
+              rule: StopRule | None = None) -> LevelMetrics:
+    """Without `rule`: exactly `num_prompts` requests. With one: requests keep coming until the rule says the
+    steady window is measured (at least `rule.min_prompts`), then the ones in flight finish."""
     should_abort = _abort_fn(abort)
     procs = auto_processes(concurrency) if processes == "auto" else max(1, int(processes))
     procs = max(1, min(procs, concurrency, num_prompts))
-    prompts = make_prompts(workload, num_prompts, salt=concurrency)
+    prompts: list[Prompt] | PromptStream = make_prompts(workload, num_prompts, salt=concurrency) if rule is None \
+        else PromptStream(workload, concurrency, limit=rule.max_prompts)
     out = LevelMetrics(concurrency, num_prompts, workload.label, processes=procs)
     wall0 = time.perf_counter()
     warm = asyncio.run(run_share(base_url, backend, model, warmup_prompts(workload), 1, request_timeout_s,
                                  should_abort))
+    control = Control(rule, concurrency, time_scale) if rule is not None else None
     if warm.server_gone or should_abort() or any(not r.success for r in warm.records):
         shares = [ShareResult(records=[], t0=wall0, t_end=wall0, aborted=warm.aborted or should_abort(),
                               server_gone=warm.server_gone, errors=["warmup: " + e for e in warm.errors])]
     elif procs == 1:
         shares = [_single(base_url, backend, model, prompts, concurrency, request_timeout_s, should_abort,
-                          progress)]
+                          progress, control)]
     else:
         from tunectl.runners.clients._procs import run_processes
         shares = run_processes(base_url, backend, model, prompts, concurrency, procs, request_timeout_s,
-                               should_abort, progress)
+                               should_abort, progress, control)
+    if rule is not None:
+        out.num_prompts = max(num_prompts, sum(len(s.records) for s in shares))   # what was started
+        out.capped = bool(control and control.capped)
     _merge(out, shares, time_scale)
     out.wall_s = time.perf_counter() - wall0
     return out
 
 
-def _single(base_url: str, backend: str, model: str, prompts: list[Prompt], concurrency: int, timeout_s: float,
-            should_abort: Callable[[], bool], progress: Callable[[dict[str, Any]], None] | None) -> ShareResult:
-    counters = [0, 0, 0]
+def _single(base_url: str, backend: str, model: str, prompts: list[Prompt] | PromptStream, concurrency: int,
+            timeout_s: float, should_abort: Callable[[], bool], progress: Callable[[dict[str, Any]], None] | None,
+            control: Control | None) -> ShareResult:
+    counters = [0, 0, 0, 0]
     stop = threading.Event()
-    reporter = _start_reporter(progress, lambda: counters, len(prompts), stop)
+    total = len(prompts) if isinstance(prompts, list) else 0
+    reporter = _start_reporter(progress, lambda: counters, total, stop)
+    more = (lambda started: not control.done(started)) if control is not None else None
     try:
         return asyncio.run(run_share(base_url, backend, model, prompts, concurrency, timeout_s, should_abort,
-                                     counters))
+                                     counters, more=more, on_cycle=control.add if control is not None else None))
     finally:
         stop.set()
         if reporter:
@@ -106,11 +118,25 @@ def _start_reporter(progress: Callable[[dict[str, Any]], None] | None, read: Cal
     def loop() -> None:
         while not stop.wait(0.25):
             c = read()
-            progress({"done": int(c[0]), "failed": int(c[1]), "total": total, "output_tokens": int(c[2])})
+            progress({"done": int(c[0]), "failed": int(c[1]), "total": total or int(c[3]),
+                      "output_tokens": int(c[2])})
 
     t = threading.Thread(target=loop, daemon=True, name="bench-progress")
     t.start()
     return t
+
+
+def _chunks(records: list[ReqRecord]) -> list[tuple[float, float]]:
+    """(time, tokens) of every token the successful requests streamed."""
+    out: list[tuple[float, float]] = []
+    for r in records:
+        if r.success:
+            t = r.start + r.ttft
+            out.append((t, 1.0))
+            for gap in r.itl:
+                t += gap
+                out.append((t, 1.0))
+    return out
 
 
 def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float) -> None:
@@ -123,6 +149,13 @@ def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float) -> N
     out.aborted = any(s.aborted for s in shares)
     out.server_gone = any(s.server_gone for s in shares)
     out.metrics = compute_metrics(records, duration, time_scale, out.concurrency) if started else {}
+    out.steady = steady([c for s in shares for c in s.cycles], out.concurrency, time_scale)
+    if out.steady is None or out.steady.samples < out.concurrency:
+        out.steady = steady_window(_chunks(records), [r.start for r in records], out.concurrency, time_scale) \
+            or out.steady
+    if out.steady is not None and out.metrics:
+        out.metrics["steady_output_throughput"] = out.steady.interval.value
+        out.metrics["steady_duration"] = out.steady.window_s
     lags = [x for s in shares for x in s.lag_ms]
     busy = max((s.cpu_s / max(s.t_end - s.t0, 1e-9) for s in started), default=0.0)
     lag99 = float(np.percentile(lags, 99)) if lags else 0.0
@@ -137,9 +170,11 @@ class BuiltinClient:
 
     def run_level(self, target: Target, workload: WorkloadSpec, concurrency: int, num_prompts: int, *,
                   progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
+        rule = None if target.precision is None else StopRule(
+            min_prompts=num_prompts, min_s=target.min_level_s, precision=target.precision, max_s=target.max_level_s)
         return run_level(target.base_url, concurrency, workload, num_prompts, backend=target.backend,
                          model=target.model, time_scale=target.time_scale,
-                         request_timeout_s=target.request_timeout_s, progress=progress, abort=abort)
+                         request_timeout_s=target.request_timeout_s, progress=progress, abort=abort, rule=rule)
 
 
 CLIENT = BuiltinClient()

@@ -19,6 +19,7 @@ from tunectl.profile import WorkloadSpec
 # A smaller vocabulary (WorkloadSpec.vocab_size) caps it: an id outside the model's vocabulary is a
 # device-side assert in the server (seen on real SGLang 0.5.17), not a measurement.
 ID_LOW, ID_HIGH = 1000, 30000
+WARMUP_OUTPUT_LEN = 4      # output tokens of each warm-up request
 
 
 @dataclass
@@ -52,4 +53,30 @@ def make_prompts(spec: WorkloadSpec, num_prompts: int, salt: int = 0) -> list[Pr
 
 def warmup_prompts(spec: WorkloadSpec) -> list[Prompt]:
     rng = random.Random(f"{spec.seed}:warmup")
-    return [Prompt(_ids(rng, min(spec.input_len, 64), spec.vocab_size), 4) for _ in range(spec.warmup_requests)]
+    return [Prompt(_ids(rng, min(spec.input_len, 64), spec.vocab_size), WARMUP_OUTPUT_LEN)
+            for _ in range(spec.warmup_requests)]
+
+
+@dataclass
+class PromptStream:
+    """Prompts made on demand (a level of open length): part `part` of a level draws its own seeded sequence,
+    at most `limit` prompts. Picklable, so a client worker process makes its own."""
+
+    spec: WorkloadSpec
+    salt: int
+    part: int = 0
+    limit: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(f"{self.spec.seed}:{self.spec.kind}:{self.salt}:{self.part}")
+        self._prefix = _ids(random.Random(f"{self.spec.seed}:prefix"), self.spec.shared_prefix_len,
+                            self.spec.vocab_size) if self.spec.kind == "shared_prefix" else []
+        self._made = 0
+
+    def __call__(self) -> Prompt | None:
+        if self._made >= self.limit:
+            return None
+        self._made += 1
+        s, rng = self.spec, self._rng
+        return Prompt(self._prefix + _ids(rng, _length(rng, s.input_len, s.range_ratio), s.vocab_size),
+                      _length(rng, s.output_len, s.range_ratio))

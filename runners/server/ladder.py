@@ -21,7 +21,9 @@ from tunectl.models import CrashInfo, LevelResult
 from tunectl.profile import WorkloadSpec
 from tunectl.runners import clients
 from tunectl.runners.clients.base import Target
+from tunectl.runners.clients.prompts import WARMUP_OUTPUT_LEN
 from tunectl.runners.server.lifecycle import POLL_S, Server, scaled, time_scale
+from tunectl.runners.server.witness import Pulse, Witness
 
 HANG_FLOOR_S = 3.0        # never call a hang faster than this (wall seconds): scheduling noise on busy hosts
 
@@ -50,7 +52,7 @@ class _Progress:
             self.total, self.at = self.expect, time.monotonic()
 
     def __call__(self, d: dict[str, Any]) -> None:
-        if d["output_tokens"] != self.tokens or d["done"] + d["failed"] != self.done:
+        if d["output_tokens"] != self.tokens or d["done"] + d["failed"] != self.done or d["total"] != self.total:
             self.at = time.monotonic()
         self.tokens, self.done, self.total = d["output_tokens"], d["done"] + d["failed"], d["total"]
 
@@ -81,11 +83,15 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
             box["error"] = f"{type(e).__name__}: {e}"
 
     th = threading.Thread(target=client, daemon=True, name=f"level-{concurrency}")
+    wit = Witness.start(server.base_url, len(server.watcher.decode_rates),
+                        bool(prof.server.flags.get("enable-metrics")))
     t0, epoch = time.monotonic(), _link_epoch(server)
     th.start()
     crash = _watch(server, th, prog, abort, concurrency, t0)
     th.join(timeout=30)
     lv = _level_result(w, concurrency, box, crash, time.monotonic() - t0)
+    if lv.status == "ok":
+        lv.witness = _witness(server, wit, lv, w, impl.name == "builtin")
     if _lost_to_link(server, lv, epoch):
         if server.crash is lv.crash:
             server.crash = None            # the hang verdict was the link's
@@ -95,6 +101,14 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
     return lv
 
 
+def _witness(server: Server, wit: Witness, lv: LevelResult, w: WorkloadSpec, builtin: bool) -> dict[str, Any]:
+    """The server's own figures for the level, beside the client's (see witness.py)."""
+    server.check()                           # read the log lines written up to now
+    tokens = int(lv.metrics.get("total_output_tokens", 0)) + WARMUP_OUTPUT_LEN * w.warmup_requests \
+        if builtin else None
+    return wit.finish(server.base_url, server.watcher.decode_rates, lv.metrics, tokens, lv.client_bound)
+
+
 def target(server: Server) -> Target:
     """The server under test as a client sees it (its slice of the profile and the launch)."""
     prof, plan = server.prof, server.plan
@@ -102,7 +116,9 @@ def target(server: Server) -> Target:
                   python=prof.server.python, out_dir=plan.trial_dir, backend=prof.bench.backend,
                   model=prof.model.served_name or prof.model.path, tokenizer=prof.model.tokenizer or prof.model.path,
                   time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
-                  level_timeout_s=scaled(prof, prof.server.timeouts.level_s, slack=30.0))
+                  level_timeout_s=scaled(prof, prof.server.timeouts.level_s, slack=30.0),
+                  precision=prof.bench.precision, min_level_s=prof.bench.min_level_s,
+                  max_level_s=prof.bench.max_level_s)
 
 
 def _link_epoch(server: Server) -> int:
@@ -129,12 +145,14 @@ def _watch(server: Server, th: threading.Thread, prog: _Progress, abort: threadi
     t = server.prof.server.timeouts
     hang_s = max(HANG_FLOOR_S, scaled(server.prof, t.hang_s, slack=0.0))
     level_deadline = t0 + scaled(server.prof, t.level_s, slack=30.0)
+    pulse = Pulse(server.base_url, bool(server.prof.server.flags.get("enable-metrics")))
     while th.is_alive():
         crash = server.check()
         prog.from_server(server)
         now = time.monotonic()
         last = max(prog.at, server.watcher.last_progress_at or 0.0)
-        if crash is None and prog.total and prog.done < prog.total and now - last > hang_s:
+        if crash is None and prog.total and prog.done < prog.total and now - last > hang_s \
+                and pulse.stuck(now, hang_s):
             crash = server.crash = _hang(server, prog, level, now - last)
         if crash is not None:
             abort.set()
@@ -153,6 +171,11 @@ def _level_result(w: WorkloadSpec, c: int, box: dict[str, Any], crash: CrashInfo
     if m is not None:
         lv.metrics, lv.completed, lv.failed_requests, lv.client_bound = (dict(m.metrics), m.completed, m.failed,
                                                                           m.client_bound)
+        st = getattr(m, "steady", None)
+        if st is not None:
+            lv.output_throughput_ci95 = [round(st.interval.low, 2), round(st.interval.high, 2)]
+            lv.samples, lv.batches = st.samples, st.interval.n
+        lv.capped = bool(getattr(m, "capped", False))
     if crash is not None:
         lv.status, lv.crash = "crashed", crash
     elif m is None or not m.ok:

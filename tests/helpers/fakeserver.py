@@ -4,7 +4,8 @@ It answers POST /generate (SGLang native SSE: cumulative `text` + `meta_info.com
 `data: [DONE]`) and POST /v1/completions (OpenAI SSE chunks, usage in the last chunk), plus GET /health,
 /v1/models and /server_info. Every stream sends its first chunk `ttft_ms` after the request and then one chunk
 of `chunk_tokens` tokens every `itl_ms`, on an absolute schedule (no drift), so a client's measured TTFT/ITL can
-be compared with the truth. `--die-after N` makes the whole process exit (code 137, like SGLang's
+be compared with the truth. `--itl-jitter J` draws each request's gap uniformly from itl x [1-J, 1+J] (seeded by
+`--seed` and the request's number): a server of known mean timing whose throughput varies like a real one's. `--die-after N` makes the whole process exit (code 137, like SGLang's
 kill_process_tree) once N requests have started: in-flight streams are cut and later connections refused.
 Several `--workers` processes share the port (SO_REUSEPORT) so the server is not the bottleneck. With
 `--stats-dir D` each worker keeps a histogram of the gaps it actually left between chunks (its own jitter
@@ -19,6 +20,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -77,8 +79,12 @@ class FakeServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         rid, sent, k, last = f"r{self.started}", 0, 0, 0.0
+        itl_ms = self.a.itl_ms
+        if self.a.itl_jitter:
+            j = self.a.itl_jitter
+            itl_ms *= random.Random(f"{self.a.seed}:{os.getpid()}:{self.started}").uniform(1 - j, 1 + j)
         while sent < out_len:
-            due = t0 + (self.a.ttft_ms + k * self.a.itl_ms) / 1000
+            due = t0 + (self.a.ttft_ms + k * itl_ms) / 1000
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -126,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--chunk-tokens", type=int, default=1)
+    ap.add_argument("--itl-jitter", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--cpus", default="", help="comma-separated CPU ids to pin every worker to")
@@ -139,13 +147,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def start(itl_ms: float = 20.0, ttft_ms: float = 20.0, chunk_tokens: int = 1, die_after: int = 0,
           workers: int = 1, cpus: set[int] | None = None, stats_dir: str = "",
-          timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
+          timeout_s: float = 20.0, itl_jitter: float = 0.0, seed: int = 0) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server in its own process group; returns (process, base_url). Stop with `stop(proc)`."""
     port = free_port()
     cmd = [sys.executable, "-m", "tests.helpers.fakeserver", "--port", str(port), "--itl-ms",
            str(itl_ms), "--ttft-ms", str(ttft_ms), "--chunk-tokens", str(chunk_tokens), "--die-after",
            str(die_after), "--workers", str(workers), "--cpus", ",".join(map(str, sorted(cpus or ()))),
-           "--stats-dir", stats_dir]
+           "--stats-dir", stats_dir, "--itl-jitter", str(itl_jitter), "--seed", str(seed)]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s

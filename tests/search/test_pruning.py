@@ -54,3 +54,41 @@ def test_never_pruned_at_the_last_level_nor_after_beating_the_incumbent() -> Non
 def test_disabled_pruning_never_stops() -> None:
     pruner = LadderPruner(Pruning(enabled=False), finished(HISTORY), planned=PLANNED)
     assert walk(pruner, [1, 2, 3, 4, 5]) is None
+
+
+def finished_with_intervals(ladders: list[list[float]], half: float) -> list[optuna.trial.FrozenTrial]:
+    """Finished trials whose levels were measured with a 95% interval of +-half (a share of the value)."""
+    study = optuna.create_study(direction="maximize")
+    for ladder in ladders:
+        t = study.ask()
+        t.set_user_attr("ladder", [["random", c, "ok", v, 1.0] for c, v in zip(LEVELS, ladder)])
+        t.set_user_attr("ladder_ci", [["random", c, v * (1 - half), v * (1 + half), 40] for c, v in zip(LEVELS, ladder)])
+        t.set_user_attr("objective_ci95", [max(ladder) * (1 - half), max(ladder) * (1 + half)])
+        t.set_constraint("crash", 0.0)
+        study.tell(t, max(ladder))
+    return study.trials
+
+
+def walk_ci(pruner: LadderPruner, ladder: list[float], half: float) -> int | None:
+    for c, v in zip(LEVELS, ladder):
+        lv = LevelResult(c, "ok", "random", metrics={"output_throughput": v},
+                         output_throughput_ci95=[v * (1 - half), v * (1 + half)], samples=40)
+        if pruner.should_prune(lv):
+            return c
+    return None
+
+
+def test_a_pruned_configs_interval_lies_below_the_reference_interval() -> None:
+    pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished_with_intervals(HISTORY, 0.03), planned=PLANNED)
+    assert walk_ci(pruner, [10, 60, 200, 400, 500], 0.03) == 64
+    ev = pruner.evidence
+    assert ev["level"] == ["random", 64]
+    assert ev["ci95"][1] < ev["reference_ci95"][0]          # its high end below the best's low end at that level
+
+
+def test_a_config_whose_interval_reaches_the_reference_is_not_pruned() -> None:
+    # Below half the best at 64 and 256 by its point values, but both were measured so noisily (+-40%, +-30%)
+    # that the intervals touch: inside the noise, the pruner lets it run on.
+    pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished_with_intervals(HISTORY, 0.4), planned=PLANNED)
+    assert walk_ci(pruner, [10, 60, 420, 700, 800], 0.3) is None
+    assert pruner.evidence == {}

@@ -22,7 +22,7 @@ from tunectl import redact
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
 from tunectl.errors import UsageError
-from tunectl.models import TrialResult
+from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import ParamSpec, Profile
 from tunectl.store import DEFAULT_ROOT, StudyStore
 
@@ -145,20 +145,35 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 def level_table(result: TrialResult) -> Table:
     tab = Table(title=f"trial {result.trial}: {result.status} (latencies in ms)")
-    for col in ("workload", "c", "status", "out tok/s", "total tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
-                "TPOT p99", "done/failed"):
+    for col in ("workload", "c", "status", "steady tok/s (95%)", "samples", "whole-run tok/s", "TTFT p50",
+                "TTFT p99", "TPOT p50", "TPOT p99", "done/failed"):
         tab.add_column(col, justify="left" if col in ("workload", "status") else "right")
     style = {"ok": "green", "crashed": "bold red", "failed": "yellow", "pruned": "dim"}
     for lv in result.levels:
         m = lv.metrics
         tab.add_row(lv.workload, str(lv.concurrency),
                     f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else ""),
-                    _fmt(m.get("output_throughput")), _fmt(m.get("total_throughput")),
+                    _steady(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
                     _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
                     _fmt(m.get("p99_tpot_ms")), f"{lv.completed}/{lv.failed_requests}")
+    notes = []
     if any(lv.client_bound for lv in result.levels):
-        tab.caption = "* the benchmark client was busy: the server may do better than measured"
+        notes.append("* the benchmark client was busy: the server may do better than measured")
+    if any(lv.capped for lv in result.levels):
+        notes.append("~ the level's time cap came before its interval was within bench.precision")
+    if any(lv.witness.get("flag") for lv in result.levels):
+        notes.append("! client and server disagree by more than 5% (see the level's witness)")
+    tab.caption = "\n".join(notes) or None
     return tab
+
+
+def _steady(lv: LevelResult) -> str:
+    """The steady window's throughput with its 95% interval; marks: ~ capped, ! witnesses disagree."""
+    if "steady_output_throughput" not in lv.metrics:
+        return "-"
+    ci = lv.output_throughput_ci95
+    text = _fmt(lv.metrics["steady_output_throughput"], 0) + (f" ({ci[0]:,.0f}-{ci[1]:,.0f})" if ci else "")
+    return text + ("~" if lv.capped else "") + ("!" if lv.witness.get("flag") else "")
 
 
 def print_crash(result: TrialResult) -> None:
@@ -292,7 +307,8 @@ def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: 
                 if kind == "level":
                     lv = data["level"]
                     console.print(f"  c={lv['concurrency']:<5} {lv['status']:<8} "
-                                  f"{lv['metrics'].get('output_throughput', 0):>10,.1f} tok/s", highlight=False)
+                                  f"{_steady(LevelResult.from_dict(lv)):>22} tok/s steady, "
+                                  f"{lv['metrics'].get('output_throughput', 0):,.1f} whole run", highlight=False)
             return run_trial(ctx, n, params, "sweep", on_event), store
     finally:
         runner.close()

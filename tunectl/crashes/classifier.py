@@ -67,6 +67,7 @@ _FACTS = re.compile(r"\b(max_total_num_tokens|chunked_prefill_size|max_prefill_t
 _PROGRESS = re.compile(r"\b(Prefill|Decode) batch[,.]")
 _FREE_GB = re.compile(r"available_gpu_mem=([\d.]+) GB")
 _RETRACTED = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
+_GEN_RATE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 _EXIT_CRASH = {137, -9, 134, -6, 139, -11, 1}
 
 
@@ -182,6 +183,7 @@ class LogWatcher:
         self.facts: dict[str, float] = {}
         self.prefill_batches = 0
         self.decode_batches = 0
+        self.decode_rates: list[tuple[int, float]] = []   # (running requests, gen throughput) per decode line
         self.last_progress_at: float | None = None
         self.unhealthy_at: float | None = None
         self.stopping = False
@@ -242,6 +244,9 @@ class LogWatcher:
                 self.prefill_batches += 1
             else:
                 self.decode_batches += 1
+                rate = _GEN_RATE.search(line)
+                if rate:
+                    self.decode_rates.append((int(rate.group(1)), float(rate.group(2))))
             self.last_progress_at = now
             return
         if SHUTDOWN_MARKER.search(line):

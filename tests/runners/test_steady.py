@@ -1,0 +1,55 @@
+"""Steady-state levels against the fake server of known timing: the 95% interval covers the true throughput."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.helpers import fakeserver as fake
+from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.builtin import StopRule, run_level
+from tunectl.runners.clients.steady import Cycle, steady
+
+TTFT_MS, ITL_MS, CHUNK, OUT, RATIO, STREAMS = 30.0, 30.0, 2, 48, 1 / 3, 48
+
+
+def true_throughput() -> float:
+    """Renewal-reward: streams x E[tokens] / E[cycle] for output lengths uniform on [16, 48] (bench_serving's
+    range ratio), one chunk of CHUNK tokens every ITL_MS on average after the first after TTFT_MS."""
+    lengths = range(max(1, int(OUT * RATIO)), OUT + 1)
+    mean_tokens = sum(lengths) / len(lengths)
+    mean_gaps = sum(math.ceil(t / CHUNK) - 1 for t in lengths) / len(lengths)
+    return STREAMS * mean_tokens / ((TTFT_MS + mean_gaps * ITL_MS) / 1000)
+
+
+@pytest.fixture(scope="module")
+def jittery_server():  # type: ignore[no-untyped-def]
+    proc, url = fake.start(itl_ms=ITL_MS, ttft_ms=TTFT_MS, chunk_tokens=CHUNK, itl_jitter=0.3, seed=7)
+    yield url
+    fake.stop(proc)
+
+
+def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_runs(jittery_server: str) -> None:
+    truth = true_throughput()
+    covered, widths = 0, []
+    for seed in range(20):
+        spec = WorkloadSpec(input_len=16, output_len=OUT, range_ratio=RATIO, warmup_requests=1, seed=seed)
+        m = run_level(jittery_server, STREAMS, spec, 2 * STREAMS, model="fake", processes=1,
+                      rule=StopRule(min_prompts=2 * STREAMS, precision=0.05, max_s=20.0))
+        assert m.ok and m.steady is not None
+        iv = m.steady.interval
+        covered += iv.low <= truth <= iv.high
+        widths.append(iv.half_rel)
+    assert covered >= 18, (covered, truth)
+    assert max(widths) <= 0.05 + 1e-9            # every level ran until it was as precise as asked
+
+
+def test_warm_up_and_drain_are_left_out() -> None:
+    # Two streams: a slow first wave (ramp-up) and a drain stream that idles; only the steady cycles count.
+    cycles = [Cycle(0.0, 5.0, 5.0, 10), Cycle(0.0, 6.0, 6.0, 10)]                    # first wave: excluded
+    cycles += [Cycle(5.0 + i, 6.0 + i, 6.0 + i, 10) for i in range(10)]            # 10 tokens / s per stream
+    cycles += [Cycle(6.0 + i, 7.0 + i, 7.0 + i, 10) for i in range(10)]
+    st = steady(cycles, concurrency=2)
+    assert st is not None and st.samples == 20
+    assert st.interval.value == pytest.approx(20.0)
+    assert st.interval.low == pytest.approx(20.0) and st.interval.high == pytest.approx(20.0)

@@ -1,0 +1,96 @@
+"""Intervals for measured throughput: 95% confidence intervals, fresh launches pooled, ties called ties.
+
+- `Interval(value, low, high, n)`: a measured value with its 95% confidence interval and how many samples
+  (batches of requests, or launches) it rests on. `half_rel` is the half-width as a share of the value.
+- `mean_interval(values)`: Student-t interval of the mean of independent samples (batch means, launches).
+- `pooled(intervals)`: one config measured on several fresh launches: the mean of the launches, with an interval
+  from the launch-to-launch spread, never narrower than the launches' own intervals allow.
+- `compare(a, b)`: "above" / "below" only when the intervals do not overlap; otherwise "tie".
+- `gain(a, base)`: a / base with the conservative interval (a.low / base.high, a.high / base.low).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from statistics import mean, stdev
+from typing import Any, Literal
+
+# Two-sided 95% Student-t quantiles by degrees of freedom (1.96 beyond the table).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+        20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+Verdict = Literal["above", "below", "tie"]
+
+
+def t95(df: int) -> float:
+    if df < 1:
+        return math.inf
+    for k in sorted(_T95):
+        if df <= k:
+            return _T95[k]
+    return 1.96
+
+
+@dataclass
+class Interval:
+    value: float
+    low: float
+    high: float
+    n: int = 1
+
+    @property
+    def half_rel(self) -> float:
+        return (self.high - self.low) / 2 / self.value if self.value > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, value: float, ci: list[float] | tuple[float, float] | None, n: int = 1) -> Interval:
+        """A value with its [low, high] (a point when none was measured)."""
+        lo, hi = (ci[0], ci[1]) if ci else (value, value)
+        return cls(float(value), float(lo), float(hi), n)
+
+    def text(self, fmt: str = ",.0f") -> str:
+        return f"{self.value:{fmt}} ({self.low:{fmt}}-{self.high:{fmt}})"
+
+
+def mean_interval(values: list[float]) -> Interval:
+    m = mean(values)
+    if len(values) < 2:
+        return Interval(m, m, m, len(values))
+    h = t95(len(values) - 1) * stdev(values) / math.sqrt(len(values))
+    return Interval(m, m - h, m + h, len(values))
+
+
+def pooled(intervals: list[Interval]) -> Interval:
+    """Fresh launches of one config: mean of their values; half-width from the launch-to-launch spread (t with
+    n-1 degrees of freedom) or from the launches' own half-widths over sqrt(n), whichever is wider."""
+    if not intervals:
+        raise ValueError("pooled() needs at least one interval")
+    if len(intervals) == 1:
+        return intervals[0]
+    between = mean_interval([i.value for i in intervals])
+    within = math.sqrt(sum(((i.high - i.low) / 2) ** 2 for i in intervals)) / len(intervals)
+    h = max((between.high - between.low) / 2, within)
+    return Interval(between.value, between.value - h, between.value + h, len(intervals))
+
+
+def spread(values: list[float]) -> float:
+    """Launch-to-launch spread: (max - min) / mean."""
+    return (max(values) - min(values)) / mean(values) if values and mean(values) > 0 else 0.0
+
+
+def compare(a: Interval, b: Interval) -> Verdict:
+    if a.low > b.high:
+        return "above"
+    if a.high < b.low:
+        return "below"
+    return "tie"
+
+
+def gain(a: Interval, base: Interval) -> Interval:
+    if base.value <= 0 or base.low <= 0:
+        return Interval(math.inf, math.inf, math.inf, min(a.n, base.n))
+    return Interval(a.value / base.value, a.low / base.high, a.high / base.low, min(a.n, base.n))
