@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # the ground floor: plain data and knowledge, importable from every room
 GROUND = ("tunectl.models", "tunectl.profile", "tunectl.yamlmodel", "tunectl.errors", "tunectl.flags", "tunectl.knobs",
-          "tunectl.engines", "tunectl.redact", "tunectl.crashes")
+          "tunectl.engines", "tunectl.redact", "tunectl.crashes", "tunectl.stats")
 
 # room (folder) -> the tunectl modules it may import, and the outside modules it must not
 RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -20,7 +20,8 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reports": ((*GROUND, "tunectl.store", "tunectl.reports"), ("subprocess", "paramiko", "aiohttp")),
     "sim": (("tunectl.sim", "tunectl.flags", "tunectl.errors", "tunectl.yamlmodel"), ("optuna", "paramiko")),
     "runners/hosts": (("tunectl.runners.hosts", "tunectl.errors", "tunectl.profile", "tunectl.store"), ("optuna",)),
-    "runners/clients": (("tunectl.runners.clients", "tunectl.runners.hosts.base", "tunectl.models", "tunectl.profile"),
+    "runners/clients": (("tunectl.runners.clients", "tunectl.runners.hosts.base", "tunectl.models", "tunectl.profile",
+                         "tunectl.stats"),
                         ("optuna", "paramiko")),
     "runners/checks": ((*GROUND, "tunectl.runners.checks", "tunectl.runners.hosts"), ("optuna",)),
     "runners/server": ((*GROUND, "tunectl.runners"), ("optuna",)),
