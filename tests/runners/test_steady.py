@@ -10,7 +10,7 @@ from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients.builtin import StopRule, run_level
 from tunectl.runners.clients.steady import Cycle, steady
 
-TTFT_MS, ITL_MS, CHUNK, OUT, RATIO, STREAMS = 30.0, 30.0, 2, 48, 1 / 3, 48
+TTFT_MS, ITL_MS, CHUNK, OUT, RATIO, STREAMS = 40.0, 40.0, 2, 48, 1 / 3, 64
 
 
 def true_throughput() -> float:
@@ -31,7 +31,7 @@ def jittery_server():  # type: ignore[no-untyped-def]
 
 def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_runs(jittery_server: str) -> None:
     truth = true_throughput()
-    covered, widths = 0, []
+    covered, widths, seen = 0, [], []
     for seed in range(20):
         spec = WorkloadSpec(input_len=16, output_len=OUT, range_ratio=RATIO, warmup_requests=1, seed=seed)
         m = run_level(jittery_server, STREAMS, spec, 2 * STREAMS, model="fake", processes=1,
@@ -40,7 +40,8 @@ def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_run
         iv = m.steady.interval
         covered += iv.low <= truth <= iv.high
         widths.append(iv.half_rel)
-    assert covered >= 18, (covered, truth)
+        seen.append((round(iv.low), round(iv.high)))
+    assert covered >= 18, (covered, round(truth), seen)
     assert max(widths) <= 0.05 + 1e-9            # every level ran until it was as precise as asked
 
 
