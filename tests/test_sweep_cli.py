@@ -49,16 +49,22 @@ def test_baseline_shows_the_seeds_numbers(env):
     assert Path(doc["results_dir"], "trial.json").is_file()
 
 
-def test_seeds_config_reports_the_crash_at_512(env):
+def test_seeds_config_reports_the_crash_under_load(env):
+    # The seeds: page_table_1_flattened at 512, at 256 on one run of two; steady-state levels run several waves, so
+    # it may come at 256 already.
     res = sweep(env, "--concurrency", "64,256,512", "--study", "seeds", *SEEDS)
     assert res.returncode == 0, res.stderr                     # a crash is a finding
     out = " ".join(res.stdout.split())                         # the console wraps at the terminal's width
-    assert "load_crash (page_table_1_flattened) at concurrency 512" in out
+    trial = json.loads((env["results"] / "seeds" / "trials" / "0" / "trial.json").read_text())
+    at = trial["crash"]["level"]
+    assert at in (256, 512)
+    assert f"load_crash (page_table_1_flattened) at concurrency {at}" in out
     assert "AttributeError: 'PrefillMetadata' object has no attribute" in out
     assert "exit code: 137" in out
-    trial = json.loads((env["results"] / "seeds" / "trials" / "0" / "trial.json").read_text())
-    assert [(lv["concurrency"], lv["status"]) for lv in trial["levels"]] == [(64, "ok"), (256, "ok"), (512, "crashed")]
-    assert trial["levels"][1]["metrics"]["output_throughput"] > trial["levels"][0]["metrics"]["output_throughput"]
+    assert [(lv["concurrency"], lv["status"]) for lv in trial["levels"]] == [
+        (c, "ok") for c in (64, 256) if c < at] + [(at, "crashed")]
+    if at == 512:
+        assert trial["levels"][1]["metrics"]["output_throughput"] > trial["levels"][0]["metrics"]["output_throughput"]
     launch = json.loads((env["results"] / "seeds" / "trials" / "0" / "launch.json").read_text())
     assert "--disable-cuda-graph" in launch["argv"] and "--disable-radix-cache" in launch["argv"]
     assert launch["argv"][launch["argv"].index("--max-running-requests") + 1] == "2048"
@@ -129,7 +135,8 @@ def test_both_clients_measure_each_level_on_one_launch(env):
                    ("random@bench_serving", 4, "ok"), ("random@bench_serving", 16, "ok")]
     by = {(lv["workload"], lv["concurrency"]): lv for lv in doc["levels"]}
     real, ours = by[("random@bench_serving", 16)], by[("random@builtin", 16)]
-    assert real["completed"] == ours["completed"] == 16            # parsed from the real client's result file
+    assert real["completed"] == 16                                 # parsed from the real client's result file
+    assert ours["completed"] >= 16 and ours["samples"] > 0         # the built-in client's steady level: more
     ratio = real["metrics"]["output_throughput"] / ours["metrics"]["output_throughput"]
     assert 0.5 < ratio < 2.0, ratio                                # same server, same workload, modeled units
     log = Path(doc["results_dir"], "server.log").read_text()

@@ -169,7 +169,7 @@ def level_table(result: TrialResult) -> Table:
 
 def _steady(lv: LevelResult) -> str:
     """The steady window's throughput with its 95% interval; marks: ~ capped, ! witnesses disagree."""
-    if "steady_output_throughput" not in lv.metrics:
+    if lv.status != "ok" or "steady_output_throughput" not in lv.metrics:
         return "-"
     ci = lv.output_throughput_ci95
     text = _fmt(lv.metrics["steady_output_throughput"], 0) + (f" ({ci[0]:,.0f}-{ci[1]:,.0f})" if ci else "")
