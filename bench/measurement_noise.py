@@ -71,12 +71,15 @@ def level_rows(runs: list[Any], virtual: dict[int, float]) -> list[dict[str, Any
         flags = sorted({f for lv in lvs for f in (["client-bound"] * lv.client_bound + ["capped"] * lv.capped
                                                  + ([lv.witness["flag"]] if lv.witness.get("flag") else []))})
         v = virtual.get(c)
-        rows.append({"c": c, "launches": len(lvs), "values": [
-            f"{lv.output_throughput:,.0f} ({(lv.output_throughput_ci95 or [0, 0])[0]:,.0f}-"
-            f"{(lv.output_throughput_ci95 or [0, 0])[1]:,.0f})" for lv in lvs],
+        rows.append({"c": c, "launches": len(lvs), "values": [_with_ci(lv) for lv in lvs],
             "spread": (max(vals) - min(vals)) / statistics.mean(vals) if len(vals) > 1 else 0.0,
             "virtual": v, "gap": (statistics.mean(vals) / v - 1) if v else None, "flags": flags})
     return rows
+
+
+def _with_ci(lv: Any) -> str:
+    ci = lv.output_throughput_ci95
+    return f"{lv.output_throughput:,.0f}" + (f" ({ci[0]:,.0f}-{ci[1]:,.0f})" if ci else " (whole run)")
 
 
 def print_table(name: str, rows: list[dict[str, Any]], load: float, goal: float) -> None:
