@@ -171,8 +171,9 @@ def _intervals(runs: list[TrialResult], base: TrialResult | None, ties: list[int
 
 
 def headline(number: dict[str, Any]) -> str:
-    """winner_number() in words: "2,010.3 output tok/s (mean of 3 runs, 1,950.0-2,097.0), 2.28x the baseline
-    (880.0)"."""
+    """winner_number() in words: "2,010.3 output tok/s (mean of 3 runs, 1,950.0-2,097.0; 95% interval
+    1,930.1-2,090.5), 2.28x the baseline (880.0); gain 2.28x (2.15-2.42)"; a gain or a winner inside the noise is
+    called a tie."""
     if not number:
         return "no stable configuration"
     text = f"{number['value']:,.1f} output tok/s"
@@ -184,8 +185,9 @@ def headline(number: dict[str, Any]) -> str:
         text += f" (1 run; 95% interval {ci[0]:,.1f}-{ci[1]:,.1f})" if ci and ci[0] != ci[1] else " (1 run)"
     if number.get("gain"):
         g = number.get("gain_ci95")
-        text += f", {number['gain']:.2f}x" + (f" ({g[0]:.2f}-{g[1]:.2f})" if g else "")
-        text += f" the baseline ({number['baseline']:,.1f})"
+        text += f", {number['gain']:.2f}x the baseline ({number['baseline']:,.1f})"
+        if g:
+            text += f"; gain {number['gain']:.2f}x ({g[0]:.2f}-{g[1]:.2f})"
         if number.get("gain_verdict") == "tie":
             text += ": a tie, inside the noise"
     if number.get("ties"):
