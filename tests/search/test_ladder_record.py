@@ -45,4 +45,4 @@ def test_old_positional_ladders_read_the_same_as_named_ones() -> None:
     for read in (best_per_level, scaling_bounds, mean_durations):
         assert read(named) == read(old) != {}
     assert level_values(named[0]) == level_values(old[0]) == {("random", c): v for c, v, _ in LEVELS}
-    assert best_per_level(old)[("random", 64)] == 900.5 and ("random", 256) not in best_per_level(old)
+    assert best_per_level(old)[("random", 64)].value == 900.5 and ("random", 256) not in best_per_level(old)
