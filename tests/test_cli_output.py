@@ -91,7 +91,7 @@ def test_yaml_errors_name_file_and_line_and_no_none(tmp_path: Path) -> None:
     assert f"{bad}:4: not valid YAML" in res.output and "None" not in res.output
     bad.write_text("model:\n  path: m\n")
     res = CliRunner().invoke(app, ["sweep", "--dry-run", "-p", str(bad)])
-    assert res.exit_code == 2 and f"{bad}:1: name: Field required" in res.output and "None" not in res.output
+    assert res.exit_code == 2 and f"{bad}:1: name: missing key" in res.output and "None" not in res.output
 
 
 def test_version_names_the_interpreter() -> None:
