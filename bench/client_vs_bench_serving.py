@@ -32,8 +32,8 @@ from bench.client_capacity import print_table
 from tests.helpers import fakeserver as fake
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients.builtin import run_level
+from tunectl.sim import TOKENIZER
 
-TOKENIZER = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tokenizer"
 HEADER = ("concurrency", "client", "output tok/s", "median TTFT ms (truth)", "median ITL ms (truth)",
           "client CPU", "wall s")
 

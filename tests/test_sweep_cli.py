@@ -80,6 +80,7 @@ def test_seeds_config_reports_the_crash_under_load(env):
     (["--set", "nonsense"], "expected NAME=VALUE"),
     (["--concurrency", "64,x"], "--concurrency"),
     (["--study", "../elsewhere"], "names a folder"),
+    (["--launches", "0"], "--launches: 0"),
 ])
 def test_bad_input_is_one_line_and_starts_nothing(env, args, needle):
     res = sweep(env, *args, timeout=60)
@@ -124,9 +125,8 @@ def _has_real_client() -> bool:
 
 @pytest.mark.skipif(not _has_real_client(), reason="sglang.bench_serving 0.5.9 not installed")
 def test_both_clients_measure_each_level_on_one_launch(env):
-    data = yaml.safe_load(env["profile"].read_text())
-    data["model"]["tokenizer"] = str(Path(__file__).parent / "fixtures" / "tokenizer")
-    env["profile"].write_text(yaml.safe_dump(data, sort_keys=False))
+    # no tokenizer in the profile: the stand-in's own serves the real client
+    assert "tokenizer" not in yaml.safe_load(env["profile"].read_text())["model"]
     res = sweep(env, "--concurrency", "4,16", "--client", "builtin,bench_serving", "--study", "clients", "--json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
@@ -141,6 +141,22 @@ def test_both_clients_measure_each_level_on_one_launch(env):
     assert 0.5 < ratio < 2.0, ratio                                # same server, same workload, modeled units
     log = Path(doc["results_dir"], "server.log").read_text()
     assert log.count("The server is fired up and ready to roll!") == 1   # both clients, one launch
+
+
+def test_launches_are_fresh_servers_pooled_per_level(env):
+    res = sweep(env, "--concurrency", "4,16", "--launches", "2", "--study", "twice", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    runs = [json.loads(Path(d["results_dir"], "launch.json").read_text())["run_id"] for d in doc["launches"]]
+    assert len(runs) == 2 and runs[0] != runs[1]                      # two launches, each its own server
+    assert [row["concurrency"] for row in doc["summary"]] == [4, 16]
+    for row, levels in zip(doc["summary"], zip(*(d["levels"] for d in doc["launches"]))):
+        values = [lv["metrics"]["steady_output_throughput"] for lv in levels]
+        pooled = row["pooled"]
+        assert [r["value"] for r in row["readings"]] == values
+        assert pooled["value"] == pytest.approx(sum(values) / 2) and pooled["n"] == 2
+        assert pooled["low"] <= min(values) and pooled["high"] >= max(values)   # 2 launches: t(1) is wide
+        assert row["launch_spread"] == pytest.approx((max(values) - min(values)) / pooled["value"])
 
 
 def test_unknown_client_is_one_line(env):
@@ -183,8 +199,8 @@ def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     import signal
     import time
 
-    from tunectl.runners.hosts.local import LocalRunner
     from tunectl.runners.hosts.base import ProcHandle
+    from tunectl.runners.hosts.local import LocalRunner
 
     cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(env["profile"]), "--results", str(env["results"]),
            "-c", "256,512", "--study", "ctrl-c"]

@@ -41,6 +41,10 @@ class Engine:
         """Environment that carries the patches to the server (none: they are applied on the host)."""
         return {}
 
+    def tokenizer(self, prof: Profile) -> str:
+        """The tokenizer a client that needs one (sglang.bench_serving) loads: the profile's, else the model's."""
+        return prof.model.tokenizer or prof.model.path
+
 
 class Sim(Engine):
     """The shipped stand-in (tunectl.sim): no GPU, patches by environment, modeled time scaled down."""
@@ -69,6 +73,12 @@ class Sim(Engine):
 
     def patch_env(self, patches: list[str]) -> dict[str, str]:
         return {"TUNECTL_SIM_PATCHES": ",".join(patches)}
+
+    def tokenizer(self, prof: Profile) -> str:
+        """The profile's, else the stand-in's own (its cards' models are names, not folders on disk)."""
+        from tunectl.sim import TOKENIZER
+
+        return prof.model.tokenizer or str(TOKENIZER)
 
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (Engine(), Sim())}

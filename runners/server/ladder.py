@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunectl.engines import engine
 from tunectl.models import CrashInfo, LevelResult
 from tunectl.profile import WorkloadSpec
 from tunectl.runners import clients
@@ -114,7 +115,7 @@ def target(server: Server) -> Target:
     prof, plan = server.prof, server.plan
     return Target(base_url=server.base_url, host_url=f"http://{plan.host}:{plan.port}", runner=server.runner,
                   python=prof.server.python, out_dir=plan.trial_dir, backend=prof.bench.backend,
-                  model=prof.model.served_name or prof.model.path, tokenizer=prof.model.tokenizer or prof.model.path,
+                  model=prof.model.served_name or prof.model.path, tokenizer=engine(prof).tokenizer(prof),
                   time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
                   level_timeout_s=scaled(prof, prof.server.timeouts.level_s, slack=30.0),
                   precision=prof.bench.precision, min_level_s=prof.bench.min_level_s,

@@ -18,10 +18,10 @@ from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients.base import Client, Target
 from tunectl.runners.clients.metrics import METRIC_KEYS
 from tunectl.runners.hosts.local import LocalRunner
+from tunectl.sim import TOKENIZER
 
 __all__ = ["TestDeadServer", "TestHealthyLevel", "healthy"]
 
-TOKENIZER = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer"
 CORE = {"completed", "duration", "total_output_tokens", "output_throughput", "total_throughput", "median_ttft_ms",
         "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2e_latency_ms"}
 WORKLOAD = WorkloadSpec(input_len=32, output_len=16, warmup_requests=1)

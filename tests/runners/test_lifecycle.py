@@ -223,13 +223,12 @@ def _has_bench_serving() -> bool:
     return all(importlib.util.find_spec(m) for m in ("sglang", "transformers", "datasets", "pybase64", "PIL"))
 
 
-TOKENIZER = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer"
 
 
 def test_real_client_that_cannot_run_fails_the_level_not_the_server(tmp_path, started):
     if _has_bench_serving():
         pytest.skip("sglang.bench_serving is installed here")
-    prof = sim_profile(tmp_path, **{"bench.client": "bench_serving", "model.tokenizer": str(TOKENIZER)})
+    prof = sim_profile(tmp_path, **{"bench.client": "bench_serving"})
     srv = started(prof)
     assert lifecycle.wait_ready(srv).ready
     ladder = run_ladder(srv, [1, 8], prof.bench.workloads)
@@ -239,7 +238,7 @@ def test_real_client_that_cannot_run_fails_the_level_not_the_server(tmp_path, st
 
 @pytest.mark.skipif(not _has_bench_serving(), reason="sglang.bench_serving 0.5.9 not installed")
 def test_real_bench_serving_client_drives_a_level(tmp_path, started):
-    prof = sim_profile(tmp_path, **{"bench.client": "bench_serving", "model.tokenizer": str(TOKENIZER)})
+    prof = sim_profile(tmp_path, **{"bench.client": "bench_serving"})
     srv = started(prof)
     assert lifecycle.wait_ready(srv).ready
     ladder = run_ladder(srv, [8], prof.bench.workloads)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.ports import free_port
+from tunectl.sim import TOKENIZER
 
-TOKENIZER = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer"
 BASELINE = ["--model-path", str(TOKENIZER), "--tp-size", "8", "--quantization", "modelopt_fp4",
             "--kv-cache-dtype", "fp8_e4m3", "--attention-backend", "nsa", "--nsa-prefill-backend", "tilelang",
             "--nsa-decode-backend", "trtllm", "--moe-runner-backend", "flashinfer_cutlass",

@@ -16,11 +16,11 @@ from typing import Any, Optional
 
 import typer
 import yaml
-from rich.table import Table
 
 from tunectl import redact
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
+from tunectl.commands._levels import _progress_text, _steady, launches_table, level_table, print_crash
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import ParamSpec, Profile
@@ -139,78 +139,19 @@ def with_clients(prof: Profile, text: str) -> Profile:
     return prof.model_copy(update={"bench": prof.bench.model_copy(update={"workloads": workloads})})
 
 
-def _fmt(v: Any, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
-def level_table(result: TrialResult) -> Table:
-    tab = Table(title=f"trial {result.trial}: {result.status} (latencies in ms)")
-    for col in ("workload", "c", "status", "steady tok/s (95%)", "samples", "whole-run tok/s", "TTFT p50",
-                "TTFT p99", "TPOT p50", "TPOT p99", "done/failed"):
-        tab.add_column(col, justify="left" if col in ("workload", "status") else "right")
-    style = {"ok": "green", "crashed": "bold red", "failed": "yellow", "pruned": "dim"}
-    for lv in result.levels:
-        m = lv.metrics
-        tab.add_row(lv.workload, str(lv.concurrency),
-                    f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else ""),
-                    _steady(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
-                    _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
-                    _fmt(m.get("p99_tpot_ms")), f"{lv.completed}/{lv.failed_requests}")
-    notes = []
-    if any(lv.client_bound for lv in result.levels):
-        notes.append("* the benchmark client was busy: the server may do better than measured")
-    if any(lv.capped for lv in result.levels):
-        notes.append("~ the level's time cap came before its interval was within bench.precision")
-    if any(lv.witness.get("flag") for lv in result.levels):
-        notes.append("! client and server disagree by more than 5% (see the level's witness)")
-    tab.caption = "\n".join(notes) or None
-    return tab
-
-
-def _steady(lv: LevelResult) -> str:
-    """The steady window's throughput with its 95% interval; marks: ~ capped, ! witnesses disagree."""
-    if lv.status != "ok" or "steady_output_throughput" not in lv.metrics:
-        return "-"
-    ci = lv.output_throughput_ci95
-    text = _fmt(lv.metrics["steady_output_throughput"], 0) + (f" ({ci[0]:,.0f}-{ci[1]:,.0f})" if ci else "")
-    return text + ("~" if lv.capped else "") + ("!" if lv.witness.get("flag") else "")
-
-
-def print_crash(result: TrialResult) -> None:
-    c = result.crash
-    if c is None:
-        return
-    where = f"at concurrency {c.level}" if c.level is not None else f"during {c.phase}"
-    console.print(f"[bold red]crash[/]: {c.cls} ({c.signature}) {where}", highlight=False)
-    if c.exception_line:
-        console.print(f"  exception: {c.exception_line}", highlight=False, markup=False)
-    if c.exit_code is not None or c.detect_latency_s is not None:
-        console.print(f"  exit code: {c.exit_code}  detected within {_fmt(c.detect_latency_s, 2)} s of the traceback", highlight=False)
-    if c.message:
-        console.print(f"  {c.message}", highlight=False, markup=False)
-    for line in c.traceback_excerpt.splitlines()[-6:]:
-        console.print(f"  | {line}", highlight=False, markup=False, style="dim")
-
-
-def _progress_text(kind: str, data: dict[str, Any]) -> str | None:
-    if kind == "milestone":
-        return f"starting: {data['name']} (+{data['t']:.1f} s)"
-    if kind == "ready":
-        return f"ready after {data['ready_s']:.1f} s"
-    if kind == "level_start":
-        return f"{data['workload']} @ concurrency {data['concurrency']} ({data['num_prompts']} requests)"
-    if kind == "teardown":
-        return "tearing down"
-    return None
-
-
-def _json_doc(store: StudyStore, result: TrialResult) -> str:
+def _json_doc(store: StudyStore, results: list[TrialResult]) -> str:
+    """One launch: its trial document; several: `launches` (one document each) and `summary` (pooled levels)."""
+    from tunectl.launches import summarize
     from tunectl.store import _finite
 
-    d = result.to_dict()
-    if d.get("launch"):
-        d["launch"]["env"] = redact.env(d["launch"]["env"])
-    doc = {"study": store.name, "results_dir": str(store.trial_dir(result.trial)), **d}
+    docs = []
+    for result in results:
+        d = result.to_dict()
+        if d.get("launch"):
+            d["launch"]["env"] = redact.env(d["launch"]["env"])
+        docs.append({"study": store.name, "results_dir": str(store.trial_dir(result.trial)), **d})
+    doc = docs[0] if len(docs) == 1 else {"study": store.name, "launches": docs,
+                                          "summary": [row.to_dict() for row in summarize(results)]}
     return json.dumps(_finite(doc), indent=2, default=str)
 
 
@@ -246,6 +187,8 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
           study: Optional[str] = typer.Option(None, "--study", "-s", help="results/<study> (default: sweep-<time>)"),
           client: Optional[str] = typer.Option(None, "--client", help="builtin, bench_serving, or both "
                                                "(builtin,bench_serving: each level measured by each client)"),
+          launches: int = typer.Option(1, "--launches", help="fresh launches of the configuration; with 2 or more, "
+                                       "each level's launches are pooled into one 95% interval and their spread"),
           root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
     """Launch one configuration and benchmark it at each concurrency level on that one launch."""
     prof = get_profile(profile)
@@ -258,15 +201,27 @@ def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
         return
     if study is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", study):
         raise UsageError(f"--study: {study!r}: use letters, digits, '_', '-' and '.' (it names a folder)")
-    result, store = _run(prof, params, levels, study or time.strftime("sweep-%Y%m%d-%H%M%S"), root, as_json)
+    if launches < 1:
+        raise UsageError(f"--launches: {launches}: expected 1 or more fresh launches")
+    name = study or time.strftime("sweep-%Y%m%d-%H%M%S")
+    results: list[TrialResult] = []
+    for i in range(launches):
+        if launches > 1 and not as_json:
+            console.print(f"[bold]launch {i + 1} of {launches}[/]")
+        result, store = _run(prof, params, levels, name, root, as_json)
+        results.append(result)
+        if not as_json:
+            show_table(level_table(result), keep=("workload", "status"))
+            print_crash(result)
+            console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
+                          f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False, markup=False,
+                          soft_wrap=True)
+        if result.status == "infra":
+            break
     if as_json:
-        print(_json_doc(store, result))
-    else:
-        show_table(level_table(result), keep=("workload", "status"))
-        print_crash(result)
-        console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
-                      f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False, markup=False,
-                      soft_wrap=True)
+        print(_json_doc(store, results))
+    elif launches > 1:
+        show_table(launches_table(results), keep=("workload",))
     if result.status == "infra":
         c = result.crash
         why = (c.exception_line or c.message) if c else "infra fault"

@@ -1,0 +1,94 @@
+"""How `tunectl sweep` shows a launch: the level table, a crash's evidence, progress lines, several launches pooled.
+
+The CLI owns the console: these build rich tables and lines from results; the command prints them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from tunectl.commands._common import console
+from tunectl.models import LevelResult, TrialResult
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def level_table(result: TrialResult) -> Table:
+    tab = Table(title=f"trial {result.trial}: {result.status} (latencies in ms)")
+    for col in ("workload", "c", "status", "steady tok/s (95%)", "samples", "whole-run tok/s", "TTFT p50",
+                "TTFT p99", "TPOT p50", "TPOT p99", "done/failed"):
+        tab.add_column(col, justify="left" if col in ("workload", "status") else "right")
+    style = {"ok": "green", "crashed": "bold red", "failed": "yellow", "pruned": "dim"}
+    for lv in result.levels:
+        m = lv.metrics
+        tab.add_row(lv.workload, str(lv.concurrency),
+                    f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else ""),
+                    _steady(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
+                    _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
+                    _fmt(m.get("p99_tpot_ms")), f"{lv.completed}/{lv.failed_requests}")
+    notes = []
+    if any(lv.client_bound for lv in result.levels):
+        notes.append("* the benchmark client was busy: the server may do better than measured")
+    if any(lv.capped for lv in result.levels):
+        notes.append("~ the level's time cap came before its interval was within bench.precision")
+    if any(lv.witness.get("flag") for lv in result.levels):
+        notes.append("! client and server disagree by more than 5% (see the level's witness)")
+    tab.caption = "\n".join(notes) or None
+    return tab
+
+
+def _steady(lv: LevelResult) -> str:
+    """The steady window's throughput with its 95% interval; marks: ~ capped, ! witnesses disagree."""
+    if lv.status != "ok" or "steady_output_throughput" not in lv.metrics:
+        return "-"
+    ci = lv.output_throughput_ci95
+    text = _fmt(lv.metrics["steady_output_throughput"], 0) + (f" ({ci[0]:,.0f}-{ci[1]:,.0f})" if ci else "")
+    return text + ("~" if lv.capped else "") + ("!" if lv.witness.get("flag") else "")
+
+
+def print_crash(result: TrialResult) -> None:
+    c = result.crash
+    if c is None:
+        return
+    where = f"at concurrency {c.level}" if c.level is not None else f"during {c.phase}"
+    console.print(f"[bold red]crash[/]: {c.cls} ({c.signature}) {where}", highlight=False)
+    if c.exception_line:
+        console.print(f"  exception: {c.exception_line}", highlight=False, markup=False)
+    if c.exit_code is not None or c.detect_latency_s is not None:
+        console.print(f"  exit code: {c.exit_code}  detected within {_fmt(c.detect_latency_s, 2)} s of the traceback", highlight=False)
+    if c.message:
+        console.print(f"  {c.message}", highlight=False, markup=False)
+    for line in c.traceback_excerpt.splitlines()[-6:]:
+        console.print(f"  | {line}", highlight=False, markup=False, style="dim")
+
+
+def _progress_text(kind: str, data: dict[str, Any]) -> str | None:
+    if kind == "milestone":
+        return f"starting: {data['name']} (+{data['t']:.1f} s)"
+    if kind == "ready":
+        return f"ready after {data['ready_s']:.1f} s"
+    if kind == "level_start":
+        return f"{data['workload']} @ concurrency {data['concurrency']} ({data['num_prompts']} requests)"
+    if kind == "teardown":
+        return "tearing down"
+    return None
+
+
+def launches_table(results: list[TrialResult]) -> Table:
+    """Per level: each launch's reading, the launches pooled into one 95% interval, their spread."""
+    from tunectl.launches import summarize
+
+    tab = Table(title=f"{len(results)} fresh launches (output tok/s; steady window with its 95% interval where "
+                      "measured, else the whole run)")
+    for col in ("workload", "c", *(f"launch {i + 1}" for i in range(len(results))), "pooled (95%)", "spread"):
+        tab.add_column(col, justify="left" if col == "workload" else "right")
+    for row in summarize(results):
+        cells = [r.text() if r and r.low != r.high else (_fmt(r.value, 0) if r else s)
+                 for r, s in zip(row.readings, row.statuses)]
+        p, sp = row.pooled, row.spread
+        tab.add_row(row.workload, str(row.concurrency), *cells, p.text() if p else "-",
+                    f"{sp:.1%}" if sp is not None else "-")
+    return tab
