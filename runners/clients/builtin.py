@@ -86,7 +86,9 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
         shares = run_processes(base_url, backend, model, prompts, concurrency, procs, request_timeout_s,
                                should_abort, progress, control)
     if rule is not None:
-        out.num_prompts = max(num_prompts, sum(len(s.records) for s in shares))   # what was started
+        # What was started: a cap that comes before the planned requests were all sent ends the level (capped),
+        # it fails no request. With none started (no server) the planned ones count as failed.
+        out.num_prompts = sum(len(s.records) for s in shares) or num_prompts
         out.capped = bool(control and control.capped)
     _merge(out, shares, time_scale)
     out.wall_s = time.perf_counter() - wall0

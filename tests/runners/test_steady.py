@@ -46,6 +46,17 @@ def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_run
     assert max(widths) <= 0.06                   # the in-flight requests that finish after the stop may widen it a little
 
 
+def test_a_cap_before_the_planned_requests_is_a_capped_level_not_failed_requests(jittery_server: str) -> None:
+    # 20 waves planned, a precision out of reach, a cap of 2 s: the level stops issuing at the cap and lets the ones
+    # in flight finish.
+    spec = WorkloadSpec(input_len=16, output_len=OUT, range_ratio=RATIO, warmup_requests=1, seed=3)
+    m = run_level(jittery_server, STREAMS, spec, 20 * STREAMS, model="fake", processes=1,
+                  rule=StopRule(min_prompts=20 * STREAMS, precision=0.001, max_s=2.0))
+    assert m.capped and m.ok and m.failed == 0
+    assert STREAMS < m.num_prompts == m.completed < 20 * STREAMS      # what was started, all of it finished
+    assert m.steady is not None and m.steady.interval.value > 0
+
+
 def test_warm_up_and_drain_are_left_out() -> None:
     # Two streams: a slow first wave (ramp-up) and a drain stream that idles; only the steady cycles count.
     cycles = [Cycle(0.0, 5.0, 5.0, 10), Cycle(0.0, 6.0, 6.0, 10)]                    # first wave: excluded
