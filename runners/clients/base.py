@@ -40,6 +40,9 @@ class Target:
     precision: float | None = None
     min_level_s: float = 0.0
     max_level_s: float = 120.0
+    # base_url is relayed by this very process (an SSH port forward): a client here must not share its
+    # interpreter (and its lock) with the relay's threads, so it streams from worker processes only
+    relayed: bool = False
 
 
 @dataclass

@@ -62,9 +62,10 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
               time_scale: float = 1.0, request_timeout_s: float = 600.0,
               progress: Callable[[dict[str, Any]], None] | None = None,
               processes: int | Literal["auto"] = "auto", abort: Abort = None,
-              rule: StopRule | None = None) -> LevelMetrics:
+              rule: StopRule | None = None, isolate: bool = False) -> LevelMetrics:
     """Without `rule`: exactly `num_prompts` requests. With one: requests keep coming until the rule says the
-    steady window is measured (at least `rule.min_prompts`), then the ones in flight finish."""
+    steady window is measured (at least `rule.min_prompts`), then the ones in flight finish. `isolate`: stream
+    from worker processes even when one is enough (never in this process)."""
     should_abort = _abort_fn(abort)
     procs = auto_processes(concurrency) if processes == "auto" else max(1, int(processes))
     procs = max(1, min(procs, concurrency, num_prompts))
@@ -78,7 +79,7 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
     if warm.server_gone or should_abort() or any(not r.success for r in warm.records):
         shares = [ShareResult(records=[], t0=wall0, t_end=wall0, aborted=warm.aborted or should_abort(),
                               server_gone=warm.server_gone, errors=["warmup: " + e for e in warm.errors])]
-    elif procs == 1:
+    elif procs == 1 and not isolate:
         shares = [_single(base_url, backend, model, prompts, concurrency, request_timeout_s, should_abort,
                           progress, control)]
     else:
@@ -176,7 +177,8 @@ class BuiltinClient:
             min_prompts=num_prompts, min_s=target.min_level_s, precision=target.precision, max_s=target.max_level_s)
         return run_level(target.base_url, concurrency, workload, num_prompts, backend=target.backend,
                          model=target.model, time_scale=target.time_scale,
-                         request_timeout_s=target.request_timeout_s, progress=progress, abort=abort, rule=rule)
+                         request_timeout_s=target.request_timeout_s, progress=progress, abort=abort, rule=rule,
+                         isolate=target.relayed)
 
 
 CLIENT = BuiltinClient()

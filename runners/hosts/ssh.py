@@ -36,6 +36,8 @@ class SSHAuthError(TunectlError):
 
 
 class SSHRunner:
+    relays_in_process = True       # endpoint() is a port forward whose threads run in this process
+
     def __init__(self, host: HostSpec, python: str = "python3", reconnect_s: float = 60.0,
                  probe_interval_s: float = 10.0, on_event: Callable[[str, dict[str, Any]], None] | None = None):
         self.host, self.python = host, python

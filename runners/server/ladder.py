@@ -119,7 +119,7 @@ def target(server: Server) -> Target:
                   time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
                   level_timeout_s=scaled(prof, prof.server.timeouts.level_s, slack=30.0),
                   precision=prof.bench.precision, min_level_s=prof.bench.min_level_s,
-                  max_level_s=prof.bench.max_level_s)
+                  max_level_s=prof.bench.max_level_s, relayed=getattr(server.runner, "relays_in_process", False))
 
 
 def _link_epoch(server: Server) -> int:

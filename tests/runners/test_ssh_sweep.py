@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +124,20 @@ def sshd_kill(sshd) -> None:
             pass
 
 
+def cut_when_serving(remote: Path, sshd, running: int, timeout_s: float = 60.0) -> None:
+    """Cuts the link once the server's log shows a batch of at least `running` requests: mid-level, whatever the
+    client's start-up costs on a busy machine."""
+    logs = {p: p.stat().st_size for p in remote.glob("*/server.log")}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for log in remote.glob("*/server.log"):
+            text = log.read_text(errors="replace")[logs.get(log, 0):]
+            if any(int(n) >= running for n in re.findall(r"#running-req: (\d+)", text)):
+                sshd_kill(sshd)
+                return
+        time.sleep(0.05)
+
+
 def test_search_retries_the_trial_the_link_cut(tmp_path, ssh_home, sshd, make_ssh_runner):
     """A short study through SSH: the link is cut in trial 0's ladder; the search records the infra fault and runs
     the same configuration again, and every trial's results are on disk."""
@@ -133,9 +149,9 @@ def test_search_retries_the_trial_the_link_cut(tmp_path, ssh_home, sshd, make_ss
 
     def on_event(kind, data):
         events.append((kind, data))
-        if kind == "level" and not cut.is_set():
+        if kind == "level_start" and data["concurrency"] == 64 and not cut.is_set():
             cut.set()
-            threading.Timer(0.05, sshd_kill, args=(sshd,)).start()
+            threading.Thread(target=cut_when_serving, args=(tmp_path / "remote", sshd, 32), daemon=True).start()
 
     out = run_search(prof, trials=2, study_name="cut", root=tmp_path / "results", on_event=on_event,
                      runner=make_ssh_runner())
