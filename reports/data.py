@@ -153,13 +153,16 @@ def winner_number(data: StudyData) -> dict[str, Any] | None:
     return out
 
 
+def launch_interval(t: TrialResult) -> Interval:
+    """One launch's reading: its best throughput with its peak level's 95% interval (a point without one)."""
+    peak = peak_level(t)
+    return Interval.of(t.best_output_throughput, peak.output_throughput_ci95 if peak else None)
+
+
 def _intervals(runs: list[TrialResult], base: TrialResult | None, ties: list[int]) -> dict[str, Any]:
     """The winner's 95% interval over its launches (each launch's peak level interval, pooled: tunectl.stats),
     the launch-to-launch spread, the gain over the baseline with its interval and verdict, and ties."""
-    def launch(t: TrialResult) -> Interval:
-        peak = peak_level(t)
-        return Interval.of(t.best_output_throughput, peak.output_throughput_ci95 if peak else None)
-
+    launch = launch_interval
     win = pooled([launch(t) for t in runs])
     out: dict[str, Any] = {"ci95": [win.low, win.high], "spread": spread([t.best_output_throughput for t in runs]),
                            "ties": list(ties)}

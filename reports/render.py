@@ -116,7 +116,9 @@ def _fig_html(key: str, title: str, fig: Any) -> str:
 
 def _tables_html(r: dict[str, Any]) -> str:
     crashes = r["crash_map"]["crashes"]
-    fin = [{**g, "runs": " / ".join(f"#{x['trial']} {x['output_throughput']:,.0f}" for x in g["runs"])}
+    fin = [{**g, "runs": " / ".join(f"#{x['trial']} {x['output_throughput']:,.0f}" for x in g["runs"]),
+            "95% interval": f"{g['ci95'][0]:,.0f}-{g['ci95'][1]:,.0f}" if g.get("ci95") else "-",
+            "spread": f"{g['launch_spread']:.1%}" if g.get("launch_spread") is not None else "-"}
            for g in r["finalists"]]
     rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>'}
             for t in r["trials"]]
@@ -129,8 +131,8 @@ def _tables_html(r: dict[str, Any]) -> str:
         + (_table(crashes, ["trial", "class", "signature", "phase", "level", "exception_line", "params"])
            if crashes else "<p>No crashes.</p>")
         + "</section><section id='finalists'><h2>Finalists and reruns</h2>"
-        + (_table(fin, ["params", "search_trial", "runs", "ok_runs", "mean_output_throughput",
-                        "min_output_throughput", "max_output_throughput"])
+        + (_table(fin, ["params", "search_trial", "runs", "ok_runs", "mean_output_throughput", "95% interval",
+                        "spread", "min_output_throughput", "max_output_throughput"])
            if fin else "<p>No finalists yet.</p>")
         + "</section><section id='all-trials'><h2>All trials</h2>"
         + "<p>key flags: the knobs where a trial differs from the baseline.</p>"

@@ -4,9 +4,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tunectl.reports.data import StudyData, baseline_trial, fmt_value, peak_level
+from tunectl.reports.data import StudyData, baseline_trial, fmt_value, launch_interval, peak_level
 
 from tunectl.models import TrialResult
+from tunectl.stats import pooled, spread
 
 
 def crash_map(trials: list[TrialResult]) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def _pkey(params: dict[str, Any]) -> str:
 
 def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Finalist configs with their runs (the search run, then the reruns): per config the throughput of each run,
-    their mean and spread. `picks` is
+    their mean, range, 95% interval over the launches (`tunectl.stats.pooled`) and spread. `picks` is
     best.json's "finalists" (trial + params of each pick); without it the pick is the first other trial
     (baseline or search) with the same params."""
     groups: dict[str, dict[str, Any]] = {}
@@ -66,7 +67,11 @@ def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = No
                                  "output_throughput": first.best_output_throughput,
                                  "max_stable_concurrency": first.max_stable_concurrency})
         tps = [r["output_throughput"] for r in g["runs"] if r["status"] == "ok"]
+        ok = [by_num[r["trial"]] for r in g["runs"] if r["status"] == "ok" and r["trial"] in by_num]
+        both = pooled([launch_interval(t) for t in ok]) if ok else None
         out.append({**g, "search_trial": origin.get(key), "ok_runs": len(tps),
+                    "ci95": [both.low, both.high] if both else None,
+                    "launch_spread": spread(tps) if len(tps) > 1 else None,
                     "mean_output_throughput": statistics.fmean(tps) if tps else 0.0,
                     "min_output_throughput": min(tps, default=0.0),
                     "max_output_throughput": max(tps, default=0.0)})

@@ -140,6 +140,10 @@ def test_finalists_group_reruns_with_their_search_trial(data):
     assert [r["trial"] for r in top["runs"]] == [t.trial for t in runs]
     want = statistics.fmean(t.best_output_throughput for t in runs)
     assert top["mean_output_throughput"] == pytest.approx(want)
+    values = [t.best_output_throughput for t in runs]
+    low, high = top["ci95"]                              # pooled over the launches: never narrower than their spread
+    assert low < want < high and (len(runs) > 3 or (low <= min(values) and high >= max(values)))
+    assert top["launch_spread"] == pytest.approx((max(values) - min(values)) / want)
 
 
 def test_importance_uses_optuna_when_study_db_exists_else_spread(data, tmp_path):
