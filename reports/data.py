@@ -162,12 +162,11 @@ def launch_interval(t: TrialResult) -> Interval:
 def _intervals(runs: list[TrialResult], base: TrialResult | None, ties: list[int]) -> dict[str, Any]:
     """The winner's 95% interval over its launches (each launch's peak level interval, pooled: tunectl.stats),
     the launch-to-launch spread, the gain over the baseline with its interval and verdict, and ties."""
-    launch = launch_interval
-    win = pooled([launch(t) for t in runs])
+    win = pooled([launch_interval(t) for t in runs])
     out: dict[str, Any] = {"ci95": [win.low, win.high], "spread": spread([t.best_output_throughput for t in runs]),
                            "ties": list(ties)}
     if base is not None:
-        b = launch(base)
+        b = launch_interval(base)
         g = gain(win, b)
         out.update({"baseline_ci95": [b.low, b.high], "gain_ci95": [g.low, g.high], "gain_verdict": compare(win, b)})
     return out

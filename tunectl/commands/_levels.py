@@ -26,7 +26,7 @@ def level_table(result: TrialResult) -> Table:
         m = lv.metrics
         tab.add_row(lv.workload, str(lv.concurrency),
                     f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else ""),
-                    _steady(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
+                    steady_text(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
                     _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
                     _fmt(m.get("p99_tpot_ms")), f"{lv.completed}/{lv.failed_requests}")
     notes = []
@@ -40,7 +40,7 @@ def level_table(result: TrialResult) -> Table:
     return tab
 
 
-def _steady(lv: LevelResult) -> str:
+def steady_text(lv: LevelResult) -> str:
     """The steady window's throughput with its 95% interval; marks: ~ capped, ! witnesses disagree."""
     if lv.status != "ok" or "steady_output_throughput" not in lv.metrics:
         return "-"
@@ -65,7 +65,7 @@ def print_crash(result: TrialResult) -> None:
         console.print(f"  | {line}", highlight=False, markup=False, style="dim")
 
 
-def _progress_text(kind: str, data: dict[str, Any]) -> str | None:
+def progress_text(kind: str, data: dict[str, Any]) -> str | None:
     if kind == "milestone":
         return f"starting: {data['name']} (+{data['t']:.1f} s)"
     if kind == "ready":

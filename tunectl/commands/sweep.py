@@ -12,7 +12,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 import yaml
@@ -20,7 +20,7 @@ import yaml
 from tunectl import redact
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
-from tunectl.commands._levels import _progress_text, _steady, launches_table, level_table, print_crash
+from tunectl.commands._levels import launches_table, level_table, print_crash, progress_text, steady_text
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import ParamSpec, Profile
@@ -178,14 +178,14 @@ def _dry_run(prof: Profile, params: dict[str, Any], as_json: bool) -> None:
 
 @app.command()
 @one_line_errors
-def sweep(concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c",
+def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
                                                     help="levels, e.g. 64,256,512 (default: the profile's)"),
-          profile: Optional[Path] = typer.Option(None, "--profile", "-p", help="profile YAML (default: embedded)"),
+          profile: Path | None = typer.Option(None, "--profile", "-p", help="profile YAML (default: embedded)"),
           set_: list[str] = typer.Option([], "--set", help="NAME=VALUE: a search knob or SGLang flag (no dashes)"),
           as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
           dry_run: bool = typer.Option(False, "--dry-run", help="print the launch plan, start nothing"),
-          study: Optional[str] = typer.Option(None, "--study", "-s", help="results/<study> (default: sweep-<time>)"),
-          client: Optional[str] = typer.Option(None, "--client", help="builtin, bench_serving, or both "
+          study: str | None = typer.Option(None, "--study", "-s", help="results/<study> (default: sweep-<time>)"),
+          client: str | None = typer.Option(None, "--client", help="builtin, bench_serving, or both "
                                                "(builtin,bench_serving: each level measured by each client)"),
           launches: int = typer.Option(1, "--launches", help="fresh launches of the configuration; with 2 or more, "
                                        "each level's launches are pooled into one 95% interval and their spread"),
@@ -256,13 +256,13 @@ def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: 
             return run_trial(ctx, n, params, "sweep"), store
         with console.status("planning") as status:
             def on_event(kind: str, data: dict[str, Any]) -> None:
-                text = _progress_text(kind, data)
+                text = progress_text(kind, data)
                 if text:
                     status.update(text)
                 if kind == "level":
                     lv = data["level"]
                     console.print(f"  c={lv['concurrency']:<5} {lv['status']:<8} "
-                                  f"{_steady(LevelResult.from_dict(lv)):>22} tok/s steady, "
+                                  f"{steady_text(LevelResult.from_dict(lv)):>22} tok/s steady, "
                                   f"{lv['metrics'].get('output_throughput', 0):,.1f} whole run", highlight=False)
             return run_trial(ctx, n, params, "sweep", on_event), store
     finally:
