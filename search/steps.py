@@ -24,8 +24,12 @@ from tunectl.profile import Profile
 # A startup crash is repaired when the value model rates its config at least this share of the incumbent's value.
 STARTUP_REPAIR_SHARE = 0.9
 FLAT = 0.01                    # a move that changed the value less than this share is no lead
-KV_PRESSURE = "kv_pool_oom"
-KV_PRESSURE_SHARE = 0.1        # retractions worth a repair: at least this share of the top level's requests     # the catalog signature whose repairs answer a full KV pool (retractions)
+KV_PRESSURE = "kv_pool_oom"         # the catalog signature whose repairs answer a full KV pool (retractions)
+KV_PRESSURE_SHARE = 0.1        # retractions worth a repair: at least this share of the top level's requests
+# Repair steps per crashed config: a repair that crashed again is repaired in turn, but the chain from one crash
+# stops after this many (a crash whose first repairs did not serve is no lead worth the budget; the catalog lists
+# up to five repairs per signature).
+REPAIRS_PER_CRASH = 2
 
 
 def outcome(t: FrozenTrial) -> str:
@@ -70,6 +74,27 @@ def improved(done: list[FrozenTrial]) -> bool:
     last = max(done, key=lambda t: t.number)
     best = fin.candidates(done)
     return bool(best) and best[0].number == last.number and last.user_attrs.get("proposed_by") in ("local", "repair")
+
+
+def chain_start(t: FrozenTrial, by_number: dict[int, FrozenTrial]) -> int:
+    """The config a chain of repairs started from: a repair that crashed in turn belongs to the chain of the
+    config it repaired."""
+    while (t.user_attrs.get("proposed_by") == "repair" and outcome(t) != "ok"
+           and t.user_attrs.get("repair_of") in by_number):
+        t = by_number[t.user_attrs["repair_of"]]
+    return t.number
+
+
+def repair_counts(done: list[FrozenTrial]) -> dict[int, int]:
+    """Repair steps run per chain (keyed by `chain_start` of the config each one repaired)."""
+    by_number = {t.number: t for t in done}
+    counts: dict[int, int] = {}
+    for t in done:
+        parent = by_number.get(t.user_attrs.get("repair_of"))       # type: ignore[arg-type]
+        if t.user_attrs.get("proposed_by") == "repair" and parent is not None:
+            start = chain_start(parent, by_number)
+            counts[start] = counts.get(start, 0) + 1
+    return counts
 
 
 def flat_knobs(incumbent: FrozenTrial, done: list[FrozenTrial]) -> set[str]:
@@ -150,13 +175,14 @@ class Steps:
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
         incumbent. Each repair once, with the bounds the server's log gives (how much memory an OOM missed, how
-        many requests the KV pool holds)."""
+        many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain."""
         best = fin.candidates(done)
         fixed = {t.user_attrs.get("repair_of") for t in best}
         base = baseline_params(self.prof)
+        counts, by_number = repair_counts(done), {t.number: t for t in done}
         for t, fixes, bounds in self._to_repair(done, best[0] if best else None):
-            if t.number in fixed:
-                continue                        # one of its repairs already serves the whole ladder
+            if t.number in fixed or counts.get(chain_start(t, by_number), 0) >= REPAIRS_PER_CRASH:
+                continue                        # one of its repairs already serves the whole ladder, or spent
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
                 if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None:

@@ -17,6 +17,8 @@ def storage_url_for(url: str) -> str:
     import sqlalchemy.exc
     from sqlalchemy.engine import make_url
 
+    if url.startswith("memory:"):              # an in-process storage (search/study.py: virtual benchmarks)
+        return url
     shown = redact.url(url)
     try:
         parsed = make_url(url)

@@ -15,6 +15,7 @@ from tunectl.profile import default_profile_path, load_profile
 from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
 from tunectl.search.repair import LOWER, RAISE, drives, repair_moves
 from tunectl.search.space import baseline_params, config_key, try_first_params
+from tunectl.search.steps import REPAIRS_PER_CRASH, chain_start, repair_counts
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
 
@@ -174,3 +175,39 @@ def test_a_startup_capture_oom_is_repaired_not_banned(tmp_path: Path) -> None:
     changed = {k: v for k, v in repair.params.items() if crashed.params.get(k) != v}
     assert list(changed) == ["mem-fraction-static"] and changed["mem-fraction-static"] < 0.88
     assert repair.params["cuda-graph-max-bs"] == 512 and "crash_class" not in repair.user_attrs
+
+
+def _trial(n: int, crashed: bool, repair_of: int | None = None) -> optuna.trial.FrozenTrial:
+    attrs: dict[str, Any] = {"role": "search"}
+    if crashed:
+        attrs.update(crash_class="oom", crash_phase="startup")
+    if repair_of is not None:
+        attrs.update(proposed_by="repair", repair_of=repair_of)
+    t = optuna.trial.create_trial(value=0.0 if crashed else 100.0, user_attrs=attrs)
+    t.number = n
+    return t
+
+
+def test_a_repair_that_crashes_again_counts_toward_the_crash_it_started_from() -> None:
+    """Crash 1, its repair 2 crashed too, 2's repair 3 crashed: two repairs of crash 1. Repair 4 of crash 1
+    served; the KV-pressure repair 5 of the served 4 starts a chain of its own."""
+    done = [_trial(1, True), _trial(2, True, 1), _trial(3, True, 2), _trial(4, False, 1), _trial(5, True, 4)]
+    by_number = {t.number: t for t in done}
+    assert [chain_start(t, by_number) for t in done] == [1, 1, 1, 4, 4]
+    assert repair_counts(done) == {1: 3, 4: 1}
+
+
+def test_repair_chains_stop_after_their_share_of_the_budget(tmp_path: Path) -> None:
+    """A MoE runner whose autotune runs out of memory at startup: its first repair (autotune off) runs out of memory
+    capturing graphs, and that one's repair (a lower mem fraction) serves. The chain has had its two repair steps:
+    the first crash's other repair (a lower mem fraction with autotune on) is not spent on too."""
+    prof = load_profile(ROOT / "profiles" / "sim-deepseek-v32-8xb200.yaml")
+    prof.search.finalists.top_k = 0
+    prof.search.try_first = [{"moe-runner-backend": "flashinfer_trtllm", "cuda-graph-max-bs": 512,
+                              "mem-fraction-static": 0.92}]
+    out = run_search(prof, trials=8, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    trials = search_trials(out.storage, prof.name)
+    first = trials[1]
+    assert first.user_attrs["crash_phase"] == "startup"
+    assert trials[2].user_attrs["repair_of"] == first.number and trials[2].user_attrs["crash_phase"] == "startup"
+    assert repair_counts(trials)[first.number] == REPAIRS_PER_CRASH
