@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
-from tunectl.search.space import grid_space, is_active, knob_order
+from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
 from tunectl.search.study import open_storage
 
 from tunectl.profile import Profile, load_profile
@@ -36,7 +36,7 @@ from tunectl.virtual import VirtualEvaluator
 
 
 def grid_configs(prof: Profile) -> list[dict[str, Any]]:
-    grid = grid_space(prof.search, points=6)
+    grid = grid_space(prof.search, points=GRID_POINTS)
     names, seen, out = list(grid), set(), []
     for values in itertools.product(*(grid[n] for n in names)):
         full, params = dict(zip(names, values)), {}

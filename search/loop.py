@@ -17,7 +17,7 @@ from tunectl.search import finalists as fin
 from tunectl.search.feedback import Verdict, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
-from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params
+from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params, snap
 from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
 from tunectl.search.steps import Steps, counted, finished
 from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, queued, requeue
@@ -112,7 +112,11 @@ class SearchLoop:
         if not self.local_steps or queued(trial):
             return False
         params = suggest(trial, self.prof.search)
-        risk, like = self.steps.veto(params, finished(self.trials()))
+        done = finished(self.trials())
+        on_grid = snap(self.prof.search, params)
+        if on_grid != params:
+            return self._regrid(trial, on_grid, done)
+        risk, like = self.steps.veto(params, done)
         if risk < VETO_RISK:
             return False
         trial.set_user_attr("vetoed", round(risk, 3))
@@ -120,6 +124,16 @@ class SearchLoop:
             trial.set_user_attr("vetoed_like", like.number)
         self.study.tell(trial, state=TrialState.FAIL)
         self.emit("vetoed", n=trial.number, params=params, risk=risk)
+        return True
+
+    def _regrid(self, trial: optuna.trial.Trial, params: dict[str, Any], done: list[FrozenTrial]) -> bool:
+        """A sampler proposal off the grid: told FAIL unrun, and its grid version queued instead (unless it ran
+        already or a veto drops it)."""
+        seen = {config_key(t.params) for t in self.trials() if t.state != TrialState.FAIL}
+        trial.set_user_attr("regridded", True)
+        self.study.tell(trial, state=TrialState.FAIL)
+        if config_key(params) not in seen and self.steps.veto(params, done)[0] < VETO_RISK:
+            self.study.enqueue_trial(params, user_attrs={"role": "search", "proposed_by": "sampler"})
         return True
 
     def _waiting(self) -> bool:

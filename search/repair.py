@@ -17,7 +17,7 @@ from typing import Any
 from tunectl import knobs
 from tunectl.models import LOWER, RAISE
 from tunectl.profile import ParamSpec, SearchSpec
-from tunectl.search.space import grid_space, is_active, knob_order
+from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
 
 RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
 
@@ -61,7 +61,7 @@ def repaired_value(spec: ParamSpec, values: list[Any], current: Any, change: Any
 def repair_moves(search: SearchSpec, params: dict[str, Any], repairs: Sequence[tuple[str, Any]],
                  bounds: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One change per repair the space can express, in the catalog's order: {knob: new value}."""
-    grid = grid_space(search, points=6)
+    grid = grid_space(search, points=GRID_POINTS)
     moves: list[dict[str, Any]] = []
     for target, change in repairs:
         for name in knob_order(search.space):

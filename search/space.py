@@ -157,6 +157,11 @@ def _numeric_points(spec: ParamSpec, points: int) -> list[Any]:
     return [round(v, 6) for v in raw]
 
 
+# The grid the loop's own steps move on and the sampler's proposals are put on (search/sampler.py `snap`): this
+# many points per numeric range, log-spaced where the knob is log.
+GRID_POINTS = 6
+
+
 def grid_space(search: SearchSpec, points: int = 4) -> dict[str, list[Any]]:
     """A finite grid for GridSampler: choices as they are, numeric ranges at `points` values (log-spaced where
     the knob is log)."""

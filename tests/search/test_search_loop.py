@@ -180,3 +180,25 @@ def test_try_first_names_only_knobs(tmp_path: Path) -> None:
     bad.write_text("name: x\nmodel: {path: m}\nsearch:\n  space:\n    a: {type: bool}\n  try_first:\n    - {b: true}\n")
     with pytest.raises(ProfileError, match=r"try_first\[0\]: 'b' is not a knob; valid: \['a'\]"):
         load_profile(bad)
+
+
+def test_sampler_proposals_of_ranged_knobs_run_on_the_grid(tmp_path: Path) -> None:
+    """max-running-requests (int, log 64..2048) and the mem fraction (float, step 0.04) are ranges: a sampler
+    proposal between grid points (max-running 1020) is not run as it is; its grid version runs instead."""
+    from tunectl.profile import load_profile
+    from tunectl.search.space import GRID_POINTS, grid_space
+
+    prof = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "sim-llama8b-h200.yaml")
+    prof.search.finalists.top_k = 0
+    out = run_search(prof, trials=20, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    study = optuna.load_study(study_name=prof.name, storage=out.storage)
+    grid = grid_space(prof.search, points=GRID_POINTS)
+    regridded = [t for t in study.trials if t.user_attrs.get("regridded")]
+    assert regridded and all(t.state == TrialState.FAIL for t in regridded)        # never run, never counted
+    assert any(t.params["max-running-requests"] not in grid["max-running-requests"] for t in regridded)
+    sampled = [t for t in search_trials(out.storage, prof.name)
+               if t.user_attrs.get("role") == "search" and t.user_attrs.get("proposed_by") in (None, "sampler")]
+    assert any(t.user_attrs.get("proposed_by") == "sampler" for t in sampled)
+    for t in sampled:
+        assert t.params["max-running-requests"] in grid["max-running-requests"], t.params
+        assert t.params["mem-fraction-static"] in grid["mem-fraction-static"], t.params
