@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from tunectl import redact
+from tunectl import identity, redact
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
@@ -192,6 +192,7 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
     seed = prof.search.seed if seed is None else seed
     n_trials = trials or prof.search.trials
     key = host_key(prof, runner.name if runner is not None else "virtual")
+    fp = identity.of_profile(prof, runner)
     lock_dir = store.dir / "locks"
     with storage_errors(url):
         host_lock = claim_host(url, lock_dir, name, key)
@@ -201,10 +202,14 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                 study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
                 sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
                 directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
-        check_same_space(study, prof)
-        before = store.read_study().get("trials")
+        recorded = store.read_study()
+        done = sum(t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL
+                   for t in study.get_trials(deepcopy=False))
+        if identity.guard(study, recorded, prof, fp, done):
+            check_same_space(study, prof)
+        before = recorded.get("trials")
         store.write_study({"kind": "search", "storage": redact.url(url), "profile": redact.profile(prof),
-                           "trials": n_trials, "seed": seed, "sampler": prof.search.sampler})
+                           "trials": n_trials, "seed": seed, "sampler": prof.search.sampler, "identity": fp})
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
                       cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
                       on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname),

@@ -79,6 +79,14 @@ def query(runner: Runner, smi: str = "nvidia-smi") -> tuple[list[Gpu], list[GpuA
     return parse_gpus(_smi(runner, GPU_QUERY, smi)), parse_apps(_smi(runner, APP_QUERY, smi))
 
 
+def gpu_names(runner: Runner, targets: list[int] | None, smi: str = "nvidia-smi") -> list[str]:
+    """The model name of each target GPU (all when None), e.g. ['NVIDIA H200']."""
+    text = _smi(runner, ["--query-gpu=index,name", "--format=csv,noheader"], smi)
+    rows = [line.split(",", 1) for line in text.strip().splitlines() if "," in line]
+    return [name.strip() for idx, name in rows if idx.strip().isdigit()
+            and (targets is None or int(idx) in targets)]
+
+
 def gpu_problems(gpus: list[Gpu], apps: list[GpuApp], targets: list[int] | None, clean_mib: int,
                  pids: set[int] | None = None) -> list[str]:
     """Why the target GPUs are not clean: memory over threshold, compute apps on them, snapshot pids listed."""
