@@ -9,6 +9,8 @@ waste, on every card. Runs are spread over `--jobs` processes (default 2).
 
     python bench/search_efficiency.py [--profiles all|P1,P2] [--seeds 10] [--trials 40] [--first-seed 0]
         [--samplers tpe,random] [--target TOK_S | --scan] [--jobs 2]
+    python bench/search_efficiency.py --warm-start 0.5.17 [--profiles profiles/sim-glm5.yaml] [--seeds 10]
+        [--old-trials 40] [--trials 40]      # warm vs cold start after an upgrade (bench/warm_start.py)
 """
 from __future__ import annotations
 
@@ -176,7 +178,16 @@ def main() -> None:
                     help="keep the profiles' search.try_first configs (default: the search on its own)")
     ap.add_argument("--scan-only", action="store_true", help="print each profile's best stable config and stop")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument("--warm-start", metavar="VERSION", default=None,
+                    help="warm vs cold start after moving the profile (default: sim-glm5) to this SGLang version "
+                    "(bench/warm_start.py)")
+    ap.add_argument("--old-trials", type=int, default=40, help="--warm-start: trials of the old study")
     args = ap.parse_args()
+    if args.warm_start:
+        from bench import warm_start
+
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            return warm_start.main(args, pool)
     paths = sorted(str(p) for p in (ROOT / "profiles").glob("sim-*.yaml")) if args.profiles == "all" \
         else args.profiles.split(",")
     t0 = time.monotonic()

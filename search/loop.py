@@ -195,7 +195,7 @@ class SearchLoop:
     def _duplicate(self, trial: optuna.trial.Trial, params: dict[str, Any]) -> bool:
         key = config_key(params)
         for t in self.trials():
-            if (t.number == trial.number or fin.role(t) == "finalist" or "duplicate_of" in t.user_attrs
+            if (t.number == trial.number or fin.role(t) in ("finalist", "prior") or "duplicate_of" in t.user_attrs
                     or config_key(t.params) != key):
                 continue
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED):

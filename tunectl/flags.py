@@ -24,6 +24,7 @@ class FlagSpec:
     help: str = ""
     aliases: list[str] = field(default_factory=list)   # other option strings, with dashes
     nargs: str | None = None           # None (one value), "?", "*", "+"
+    text: str = ""                     # the whole help text, wrapped lines joined
 
     @property
     def dest(self) -> str:
@@ -60,6 +61,13 @@ def _value_spec(value: str) -> tuple[bool, list[str] | None, str | None, str | N
     return True, choices, None if choices else value, nargs
 
 
+def _join(text: str, line: str) -> str:
+    """Wrapped help lines joined; argparse breaks `--cuda-graph-` / `backend-...` at the hyphen."""
+    if not text:
+        return line
+    return text + line if text.endswith("-") and text[-2:-1].isalpha() else f"{text} {line}"
+
+
 def parse_help(text: str) -> dict[str, FlagSpec]:
     out: dict[str, FlagSpec] = {}
     lines = text.splitlines()
@@ -76,11 +84,12 @@ def parse_help(text: str) -> dict[str, FlagSpec]:
                 continue
             takes, choices, metavar, nargs = _value_spec(value)
             current = FlagSpec(longs[0][2:], takes, choices, metavar, help_text.strip(),
-                               [n for n in names if n != longs[0]], nargs)
+                               [n for n in names if n != longs[0]], nargs, help_text.strip())
             out[current.name] = current
         elif current is not None and ln.startswith(" " * 24) and ln.strip():
             if not current.help:
                 current.help = ln.strip()
+            current.text = _join(current.text, ln.strip())
         elif ln and not ln.startswith(" "):
             current = None
     return out

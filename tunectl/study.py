@@ -14,7 +14,8 @@ from typing import Any
 
 import optuna
 
-from tunectl import identity, redact
+from tunectl import identity, redact, versions, warmstart
+from tunectl.crashes.catalog import CATALOG_VERSION
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
@@ -56,6 +57,7 @@ class SearchOutcome:
     finalists: list[dict[str, Any]] = field(default_factory=list)
     trials_to_best: int | None = None              # search trials until the winner's config was first seen
     exhausted: bool = False
+    warm_start: dict[str, Any] | None = None       # tunectl/warmstart.py: the old study, old best now and before
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,10 +182,11 @@ def preflight(prof: Profile, runner: Any, on_event: Event | None = None,
 def run_search(prof: Profile, trials: int | None = None, study_name: str | None = None,
                storage_url: str | None = None, seed: int | None = None, on_event: Event | None = None,
                root: Path | str = DEFAULT_ROOT, evaluate: Evaluate | None = None, runner: Any = None,
-               heartbeat_s: int = HEARTBEAT_S) -> SearchOutcome:
+               heartbeat_s: int = HEARTBEAT_S, warm_start: str | None = None) -> SearchOutcome:
     started = time.monotonic()
     name = study_name or prof.name
     store = StudyStore(name, root)
+    ws = _load_warm(warm_start, name, prof, root, storage_url)
     if evaluate is None and runner is None:
         runner = make_runner(prof)
     if evaluate is None:                         # the profile's own mistakes: before a study exists
@@ -213,7 +216,8 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
         hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
                       cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
                       on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname),
-                      repairs=repairs_for)
+                      repairs=lambda sig, text: versions.resolve_repairs(repairs_for(sig, text), CATALOG_VERSION,
+                                                                         prof.server.sglang_version))
         state = HostState(store.dir / "hosts", key)
         recovered = recover(study, key, state, hooks.cleanup)
         for n in recovered:
@@ -223,14 +227,31 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
         if evaluate is None:                     # the host's state, once this study's leftovers are gone
             preflight(prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
         loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
+        if ws is not None and not study.get_trials(deepcopy=False):
+            warmstart.enqueue_first(study, ws)
         loop.ensure_baseline()
+        if ws is not None and not warmstart.has_prior(study):
+            loop.search(1)                       # the queue: the old winner and top-k, the baseline, try_first
+            added = warmstart.add_prior(study, ws, prof)
+            if on_event:
+                on_event("prior", {"from": ws.study, "trials": added})
         loop.search(n_trials)
         loop.finalists()
         outcome = summarize(study, prof, loop, store, url, time.monotonic() - started)
+        outcome.warm_start = warmstart.summary(study)
         store.write_best(outcome.to_dict())
         return outcome
     finally:
         host_lock.release()
+
+
+def _load_warm(old: str | None, name: str, prof: Profile, root: Path | str,
+               storage_url: str | None) -> warmstart.WarmStart | None:
+    if old is None:
+        return None
+    if old == name:
+        raise UsageError(f"--warm-start {old}: the new study needs a name of its own (--study {old}-2)")
+    return warmstart.load(old, prof, root, storage_url_for(storage_url) if storage_url else None)
 
 
 def _launch_of(store: StudyStore, n: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunectl import knobs
+from tunectl import knobs, versions
 from tunectl.engines import engine
 from tunectl.errors import RunnerError
 from tunectl.flags import FlagSpec, did_you_mean, flag_index, parse_help
@@ -79,9 +79,10 @@ def problems(prof: Profile, flags: dict[str, FlagSpec], where: str) -> list[str]
         name = raw.lstrip("-").replace("_", "-")
         flag = index.get(name)
         if flag is None:
+            gone = versions.gone_hint(name, prof.server.sglang_version)
             hint = did_you_mean(name, index)
             out.append(f"{prof.source}: {field}: --{name} is not a flag of {where}"
-                       + (f"; did you mean --{hint}?" if hint else ""))
+                       + (f"; {gone}" if gone else f"; did you mean --{hint}?" if hint else ""))
             continue
         why = _value_problem(flag, values)
         if why:

@@ -46,6 +46,9 @@ class Progress:
             console.print(Text(f"  {self.last}", style="red" if not data.get("feasible") else ""))
         elif kind == "resume" and data["mode"] != "new":
             console.print(resume_line(data), highlight=False)
+        elif kind == "prior":
+            console.print(f"  prior knowledge: {data['trials']} trials of study {escape(data['from'])} (not counted "
+                          "as results)", highlight=False)
         elif kind == "finalists":
             self.level = f"confirming finalists {data['picks']} x{data['reruns']}"
         elif kind == "level" and isinstance(data.get("level"), dict):
@@ -79,6 +82,18 @@ def resume_line(d: dict[str, Any]) -> str:
     if d["mode"] == "extending":
         return f"extending: {d['before']} -> {d['trials']} search trials, {kept} kept{again}"
     return f"resuming: {kept} of {d['trials']} search trials kept{again}"
+
+
+def warm_lines(w: dict[str, Any]) -> list[str]:
+    """'old best on new version: X (was Y)' and the flags that changed meaning."""
+    was = f"{w['old_best_was']:,.0f} tok/s on SGLang {w['sglang_version']}" if w.get("old_best_was") else "?"
+    now = (f"{w['old_best_now']:,.0f} tok/s" if w.get("old_best_now") is not None
+           else str(w.get("old_best_status") or "not run"))
+    trial = f" (trial {w['old_best_trial']})" if w.get("old_best_trial") is not None else ""
+    out = [f"warm start from {w['from']}: old best on new version: {now}{trial} (was {was}); {w['prior']} old "
+           f"trials as prior knowledge, values x{w.get('scale', 1):.2f}"]
+    out += [f"  changed meaning: {c}" for c in w.get("changed_meaning") or []]
+    return out
 
 
 def _ladder_table(ladder: list[Any]) -> Table:
@@ -133,6 +148,9 @@ def show(out: dict[str, Any], root: Path) -> None:
             print(s["command"])
         if best.get("config_file"):
             console.print(f"[bold]config file[/bold]: {escape(best['config_file'])}", highlight=False)
+    if out.get("warm_start"):
+        for line in warm_lines(out["warm_start"]):
+            console.print(line, highlight=False, markup=False)
     console.print(f"results: {escape(out['results_dir'])} (best.json, trials/, study.db); storage "
                   f"{escape(out['storage'])}", highlight=False, soft_wrap=True)
 
@@ -148,13 +166,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document, 
 VirtualOpt = Annotated[bool, typer.Option("--virtual", help="evaluate on the stand-in's virtual-clock model (no "
                                           "processes; seconds for a whole study; sim profiles only)")]
 RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]
+WarmOpt = Annotated[str | None, typer.Option(
+    "--warm-start", help="start from what study OLD learned (another SGLang version, patches or profile): its "
+    "winner and top configs run first, its trials become prior knowledge (docs/versions.md)")]
 
 
 @app.command()
 @one_line_errors
 def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
            seed: SeedOpt = None, as_json: JsonOpt = False, virtual: VirtualOpt = False,
-           root: RootOpt = DEFAULT_ROOT) -> None:
+           root: RootOpt = DEFAULT_ROOT, warm_start: WarmOpt = None) -> None:
     """Search the profile's flags for the fastest config that does not crash (the same command again resumes)."""
     import optuna
 
@@ -177,10 +198,12 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         evaluate = recorded(VirtualEvaluator(prof, prof.search.seed if seed is None else seed), prof,
                             StudyStore(study or prof.name, root))
     if as_json:
-        out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate).to_dict()
+        out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate,
+                         warm_start=warm_start).to_dict()
         print(json.dumps(out, indent=2, default=str))
         return
     view = Progress(trials or prof.search.trials)
     with view.live:
-        out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate).to_dict()
+        out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate,
+                         warm_start=warm_start).to_dict()
     show(out, root)

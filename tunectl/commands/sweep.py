@@ -97,10 +97,13 @@ def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
         raise UsageError(f"--set {name}: {e}")
     spec = index.get(name.replace("_", "-"))
     if spec is None:
+        from tunectl.versions import gone_hint
+
+        gone = gone_hint(name, version)
         hint = did_you_mean(name, [*prof.search.space, *index])
         knobs = ", ".join(prof.search.space) or "none"
         raise UsageError(f"--set {name}: not a search knob ({knobs}) nor an SGLang {version} flag"
-                         + (f"; did you mean {hint!r}?" if hint else ""))
+                         + (f"; {gone}" if gone else f"; did you mean {hint!r}?" if hint else ""))
     key = next((k for k in prof.server.flags if index.get(k.replace("_", "-")) is spec), spec.name)
     if not spec.takes_value:
         return key, _bool(name, raw)

@@ -16,6 +16,8 @@ Fields of a `Signature`:
   SGLang flag without dashes, an environment variable (upper case) or `patch:<id>` (a bundled patch), and
   change is a value to set or a direction (`LOWER`, `RAISE`: the next value of the knob's range that way).
   The search tries the repairs its space can express next to a config that crashed with the signature.
+  Flags are spelled as SGLang `CATALOG_VERSION` spells them; a study on another version gets them under that
+  version's names (tunectl.versions.resolve_repairs: `cuda-graph-max-bs` is `cuda-graph-max-bs-decode` on 0.5.23).
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ def _sig(id_: str, pattern: str, cls: str, description: str, hint: str, **kw: ob
     return Signature(id_, re.compile(pattern), cls, description, hint, **kw)  # type: ignore[arg-type]
 
 
+CATALOG_VERSION = "0.5.9"
 _LOAD = {"load": "load_crash", "startup": "config_error"}
 _OOM = (r"(?:OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate [\d.]+ [GMK]iB)?"
         r"|CUBLAS_STATUS_ALLOC_FAILED")   # cuBLAS could not get its workspace: the same OOM (real 0.5.17, mfs 0.999)
