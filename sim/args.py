@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tunectl.flags import FlagSpec, bundled_flags, config_to_argv
+from tunectl.flags import FlagSpec, bundled_flags, config_refused, config_to_argv
 
 SGLANG_VERSION = "0.5.9"
 # Flags the model reads get SGLang's real types, so a bad value exits 2 like the real parser.
@@ -28,23 +28,11 @@ TYPES: dict[str, Any] = {
 }
 VERSIONS = ("0.5.9", "0.5.17")
 # Options SGLang's --config parser refuses: their destination belongs to an argparse action that is neither store
-# nor store_true (server_args_config_parser.py, `unsupported_actions`, keyed by dest). 0.5.9: DeprecatedAction,
-# LoRAPathAction. 0.5.17 adds the deprecated aliases' destinations (server_args.py), so the NEW names of these
-# options are refused in a config file (real: "Unsupported config option 'cuda_graph_backend_prefill' with action
-# 'DeprecatedStoreConstAction'"): tunectl's server.argv_flags puts them on the command line.
-_ALIAS_0517 = ("cuda_graph_bs_decode cuda_graph_bs_prefill cuda_graph_max_bs_decode cuda_graph_max_bs_prefill "
-               "cuda_graph_tc_compiler dsa_decode_backend dsa_prefill_backend dsa_prefill_cp_mode "
-               "mamba_radix_cache_strategy prefill_cp_mode speculative_draft_window_size").split()
-_STORE_TRUE_0517 = ("disable_cuda_graph enable_dsa_prefill_context_parallel enable_linear_replayssm_spec "
-                    "enable_prefill_context_parallel incremental_streaming_output").split()
-CONFIG_UNSUPPORTED: dict[str, dict[str, str]] = {
-    "0.5.9": {"hybrid_kvcache_ratio": "DeprecatedAction", "prefill_round_robin_balance": "DeprecatedAction",
-              "lora_paths": "LoRAPathAction"},
-    "0.5.17": {"collect_tokens_histogram": "DeprecatedAction", "prefill_round_robin_balance": "DeprecatedAction",
-               "lora_paths": "LoRAPathAction", "cuda_graph_backend_prefill": "DeprecatedStoreConstAction",
-               **{d: "DeprecatedAliasStoreAction" for d in _ALIAS_0517},
-               **{d: "DeprecatedStoreTrueAction" for d in _STORE_TRUE_0517}},
-}
+# nor store_true (server_args_config_parser.py, `unsupported_actions`, keyed by dest), derived from each version's
+# parser source (tunectl/sglang_source.py). 0.5.17 refuses the NEW names of options a deprecated alias shares
+# (real: "Unsupported config option 'cuda_graph_backend_prefill' with action 'DeprecatedStoreConstAction'"): tunectl
+# puts them on the command line (runners/server/plan.py).
+CONFIG_UNSUPPORTED: dict[str, dict[str, str]] = {v: config_refused(v) for v in VERSIONS}
 # 0.5.17 names of the knobs the stand-in's model reads under their 0.5.9 names.
 RENAMED_0517 = {"cuda_graph_max_bs_decode": "cuda_graph_max_bs", "dsa_prefill_backend": "nsa_prefill_backend",
                 "dsa_decode_backend": "nsa_decode_backend"}

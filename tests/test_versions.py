@@ -128,3 +128,19 @@ def test_a_repair_reaches_the_knob_of_a_moved_profile() -> None:
     assert repair_moves(prof.search, params, next(s for s in SIGNATURES
                                                   if s.id == "capture_cuda_graph_failed").repairs) == [
         m for m in moves if "cuda-graph-max-bs-decode" not in m]     # the 0.5.9 names alone miss the knob
+
+
+@pytest.mark.parametrize(("src", "dst"), [(a, b) for a in ("0.5.9", "0.5.17", "0.5.23")
+                                          for b in ("0.5.9", "0.5.17", "0.5.23") if a != b])
+def test_every_flag_of_a_version_moves_to_flags_of_the_other_or_is_named_gone(src: str, dst: str) -> None:
+    known = flag_index(bundled_flags(dst))
+    gone = 0
+    for name, spec in bundled_flags(src).items():
+        try:
+            out = versions.translate(name, versions.ANY if spec.takes_value else True, src, dst).flags
+        except versions.FlagGone as e:
+            gone += 1
+            assert name in str(e) and "\n" not in str(e)
+            continue
+        assert all(n in known for n in out), (name, out)
+    assert gone < len(bundled_flags(src)) / 2

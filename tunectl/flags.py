@@ -103,6 +103,15 @@ def bundled_flags(version: str) -> dict[str, FlagSpec]:
     return parse_help(path.read_text())
 
 
+def config_refused(version: str) -> dict[str, str]:
+    """{destination: action} of the options SGLang `version`'s --config merger refuses, derived from its parser
+    (tunectl/sglang_source.py; `launch_server-<version>.config.json`); empty when not bundled."""
+    import json
+
+    path = HELP_DIR / f"launch_server-{version}.config.json"
+    return dict(json.loads(path.read_text())["refused"]) if path.is_file() else {}
+
+
 def flag_index(flags: dict[str, FlagSpec]) -> dict[str, FlagSpec]:
     """Every long spelling SGLang accepts, without dashes: `tp-size` and `tensor-parallel-size` -> one FlagSpec."""
     return {a[2:]: f for f in flags.values() for a in [f"--{f.name}", *f.aliases] if a.startswith("--")}

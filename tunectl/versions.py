@@ -122,6 +122,9 @@ def _carry(dep: Deprecation, name: str, value: Any, have: str, nxt: str) -> dict
     for n, v in dep.replaced_by:
         new = _value(v, value, switch)
         new = dict(_MAPS.findall(dep.note)).get(str(new), new)
+        if n not in _index(nxt):                      # the replacement is gone too: follow it on
+            out.update(_step(n, new, have, nxt)[0] if new is not None else {})
+            continue
         spec = _index(nxt)[n]
         if new == ANY:
             out[n] = new
@@ -176,7 +179,12 @@ def translate(name: str, value: Any, src: str, dst: str) -> Moved:
     for have, nxt in zip(steps, steps[1:]):
         nxt_flags: dict[str, Any] = {}
         for n, v in cur.items():
-            out, note = _step(n, v, have, nxt)
+            try:
+                out, note = _step(n, v, have, nxt)
+            except FlagGone as e:
+                if f"--{bare} " in f"{e} ":
+                    raise
+                raise FlagGone(f"--{bare} (via --{n}): {e}") from None
             nxt_flags.update(out)
             if note and (nxt == dst or "gone" in note or "older name" in note):
                 notes.append(note)
@@ -184,22 +192,14 @@ def translate(name: str, value: Any, src: str, dst: str) -> Moved:
     return Moved(cur, notes)
 
 
-def translate_flags(flags: dict[str, Any], src: str, dst: str) -> Moved:
-    """Every flag of a mapping moved; the first gone flag raises FlagGone."""
-    out = Moved()
-    for name, value in flags.items():
-        m = translate(name, value, src, dst)
-        out.flags.update(m.flags)
-        out.notes += m.notes
-    return out
-
-
 def gone_hint(name: str, version: str) -> str | None:
-    """Why `--name` is not a flag of `version` when another bundled version has it: '(0.5.17: deprecated alias
-    for --cuda-graph-max-bs-decode); use --cuda-graph-max-bs-decode', or where it was last seen."""
+    """Why `--name` is not a flag of `version` when another bundled version has it: '--cuda-graph-max-bs is a flag
+    of SGLang 0.5.17, not 0.5.23; use --cuda-graph-max-bs-decode', or why it has no successor there."""
     bare = name.lstrip("-").replace("_", "-")
-    others = [v for v in bundled_versions() if v != version and bare in _index(v)]
-    if not others or version not in bundled_versions():
+    if version not in bundled_versions() or bare in _index(version):
+        return None
+    others = [v for v in bundled_versions() if bare in _index(v)]
+    if not others:
         return None
     src = min(others, key=lambda v: abs(_vkey(v)[-1] - _vkey(version)[-1]) + 100 * (_vkey(v)[:2] != _vkey(version)[:2]))
     try:

@@ -16,7 +16,7 @@ import yaml
 
 from tunectl import knobs
 from tunectl.engines import engine
-from tunectl.flags import bundled_flags, config_to_argv
+from tunectl.flags import bundled_flags, config_refused, config_to_argv
 from tunectl.models import LaunchPlan
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import LOOPBACK
@@ -29,6 +29,13 @@ def _store_true_flags(version: str) -> set[str]:
         return {name for name, spec in bundled_flags(version).items() if not spec.takes_value}
     except FileNotFoundError:
         return set()
+
+
+def on_command_line(prof: Profile, config: dict[str, Any]) -> list[str]:
+    """The options that go on the command line, not into --config: the ones the version's config merger refuses
+    (derived from its parser: tunectl.flags.config_refused) and the profile's `server.argv_flags`."""
+    refused = config_refused(prof.server.sglang_version)
+    return [k for k in config if k in prof.server.argv_flags or k.replace("-", "_") in refused]
 
 
 def server_config(prof: Profile, flags: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +80,7 @@ def build_plan(prof: Profile, params: dict[str, Any], run_id: str, trial_dir: st
     head = [prof.server.python, "-m", eng.module]
     switches = _store_true_flags(prof.server.sglang_version)
     argv = [*head, *flag_args(config, switches), *eng.launch_args(prof)]
-    on_cli = {k: config.pop(k) for k in prof.server.argv_flags if k in config}
+    on_cli = {k: config.pop(k) for k in on_command_line(prof, config)}
     exec_argv = [*head, "--config", f"{trial_dir}/config.yaml", *flag_args(on_cli, switches), *eng.launch_args(prof)]
     return LaunchPlan(argv=argv, config=config, env=server_env(prof, run_id, trial_dir, patches, part.env),
                       exec_argv=exec_argv, patches=patches, port=int(config.get("port", prof.server.port)),
