@@ -225,7 +225,7 @@ def summary(data: StudyData) -> dict[str, Any]:
         counts[t.status] = counts.get(t.status, 0) + 1
     out: dict[str, Any] = {"study": data.name, "kind": data.study.get("kind", "search"),
                            "trials": len(data.trials), "status_counts": counts, "best": None,
-                           "reference": data.reference}
+                           "reference": data.reference, "warm_start": (data.best or {}).get("warm_start")}
     base = baseline_trial(data.trials)
     out["baseline"] = ({"trial": base.trial, "output_throughput": base.best_output_throughput}
                        if base else None)

@@ -22,7 +22,7 @@ from tunectl.reports.data import (
     throughput_curves,
 )
 from tunectl.reports.importance import importance
-from tunectl.reports.tables import crash_map, finalists, trial_rows
+from tunectl.reports.tables import crash_map, finalists, trial_rows, warm_lines
 
 
 def flag_diff(data: StudyData) -> list[dict[str, Any]]:
@@ -91,6 +91,10 @@ def _summary_html(s: dict[str, Any]) -> str:
         f"patches: {_e(patches)}</li>"
         f"{ref_txt}</ul>"
         f"<p>Launch command:</p><pre class='cmd'>{_e(b['command'])}</pre>")
+    if s.get("warm_start"):
+        lines = warm_lines(s["warm_start"])
+        parts.append(f"<p>{_e(lines[0])}</p>" + ("<ul>" + "".join(f"<li>{_e(x.strip())}</li>" for x in lines[1:])
+                                                  + "</ul>" if len(lines) > 1 else ""))
     return "".join(parts)
 
 

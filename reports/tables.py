@@ -105,3 +105,15 @@ def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
             "levels_done": len(t.levels), "wall_s": t.wall_s,
             "log": f"{log_prefix}trials/{t.trial}/server.log"})
     return rows
+
+
+def warm_lines(w: dict[str, Any]) -> list[str]:
+    """'old best on new version: X (was Y)' and the flags that changed meaning."""
+    was = f"{w['old_best_was']:,.0f} tok/s on SGLang {w['sglang_version']}" if w.get("old_best_was") else "?"
+    now = (f"{w['old_best_now']:,.0f} tok/s" if w.get("old_best_now") is not None
+           else str(w.get("old_best_status") or "not run"))
+    trial = f" (trial {w['old_best_trial']})" if w.get("old_best_trial") is not None else ""
+    out = [f"warm start from {w['from']}: old best on new version: {now}{trial} (was {was}); {w['prior']} old "
+           f"trials as prior knowledge, values x{w.get('scale', 1):.2f}"]
+    out += [f"  changed meaning: {c}" for c in w.get("changed_meaning") or []]
+    return out

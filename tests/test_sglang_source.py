@@ -99,3 +99,34 @@ def test_versions_diff_and_move_on_the_command_line(tmp_path: Path) -> None:
     moved = load_profile(out)
     assert moved.server.sglang_version == "0.5.23" and "cuda-graph-max-bs-decode" in moved.search.space
     assert all(k in flag_index(bundled_flags("0.5.23")) for k in moved.server.flags)
+
+
+def test_versions_add_reads_help_and_parser_from_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host with a (tiny) SGLang installed: its --help is run there, its parser source read there (not imported)."""
+    import os
+    import sys
+
+    import yaml
+
+    site = tmp_path / "site"
+    pkg = site / "sglang"
+    (pkg / "srt" / "arg_groups").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "srt" / "__init__.py").write_text("")
+    (pkg / "srt" / "server_args.py").write_text("raise SystemExit('never imported')\n" + PARSER)
+    help_text = (HELP_DIR / "launch_server-0.5.17.txt").read_text()
+    (pkg / "launch_server.py").write_text(f"print({help_text!r})\n")
+    dist = site / "sglang-9.9.9.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 9.9.9\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump({"name": "h", "model": {"path": "m"}, "server": {
+        "engine": "sglang", "python": sys.executable, "sglang_version": "9.9.9"}}))
+    monkeypatch.setattr("tunectl.flags.HELP_DIR", tmp_path)
+    monkeypatch.setattr("tunectl.commands.versions.HELP_DIR", tmp_path)
+    res = CliRunner().invoke(app, ["versions", "add", "-p", str(prof)])
+    assert res.exit_code == 0, res.output
+    assert "SGLang 9.9.9: 4 options the --config file refuses, 471 flags" in res.output
+    assert (tmp_path / "launch_server-9.9.9.txt").read_text().strip() == help_text.strip()
+    assert config_refused("9.9.9")["lora_paths"] == "LoRAPathAction"

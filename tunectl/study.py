@@ -227,13 +227,13 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
         if evaluate is None:                     # the host's state, once this study's leftovers are gone
             preflight(prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
         loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
-        if ws is not None and not study.get_trials(deepcopy=False):
-            warmstart.enqueue_first(study, ws)
+        if ws is not None:
+            warmstart.begin(study, ws, hooks.lock)
         loop.ensure_baseline()
         if ws is not None and not warmstart.has_prior(study):
             loop.search(1)                       # the queue: the old winner and top-k, the baseline, try_first
-            added = warmstart.add_prior(study, ws, prof)
-            if on_event:
+            added = warmstart.learn(study, ws, prof, hooks.lock)
+            if on_event and added:
                 on_event("prior", {"from": ws.study, "trials": added})
         loop.search(n_trials)
         loop.finalists()

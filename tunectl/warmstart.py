@@ -116,6 +116,19 @@ def enqueue_first(study: optuna.Study, ws: WarmStart) -> None:
                                                   "warm_of": o.trial, "old_value": o.value})
 
 
+def begin(study: optuna.Study, ws: WarmStart, lock: Any) -> None:
+    """Queue the old configs once, in a fresh study (under the lock the baseline is queued under: many workers)."""
+    with lock("baseline"):
+        if not study.get_trials(deepcopy=False):
+            enqueue_first(study, ws)
+
+
+def learn(study: optuna.Study, ws: WarmStart, prof: Profile, lock: Any) -> int:
+    """Add the prior once (the first worker to finish the old configs does it); how many trials were added."""
+    with lock("prior"):
+        return 0 if has_prior(study) else add_prior(study, ws, prof)
+
+
 def has_prior(study: optuna.Study) -> bool:
     return any(t.user_attrs.get("role") == PRIOR for t in study.get_trials(deepcopy=False))
 

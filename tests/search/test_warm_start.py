@@ -87,3 +87,10 @@ def test_the_cli_says_old_best_on_new_version(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "old best on new version:" in res.output and "(was " in res.output and "on SGLang 0.5.9" in res.output
     assert "changed meaning: cuda-graph-max-bs: --cuda-graph-max-bs is deprecated in SGLang 0.5.17" in res.output
+    listing = CliRunner().invoke(app, ["studies", "--results", str(tmp_path / "r")])
+    row = next(line for line in listing.output.splitlines() if "moved" in line)
+    assert "0.5.17 (warm from sim-glm5)" in row
+    assert "0.5.9 +1 patch(es)" in next(line for line in listing.output.splitlines() if "sim-glm5 " in line)
+    assert CliRunner().invoke(app, ["report", "--study", "moved", "--results", str(tmp_path / "r")]).exit_code == 0
+    html = (tmp_path / "r" / "moved" / "report.html").read_text()
+    assert "warm start from sim-glm5: old best on new version:" in html

@@ -54,7 +54,7 @@ def studies(root: RootOpt = DEFAULT_ROOT) -> None:
         raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
     default = default_study(root)
     tab = Table(title=f"{root}: {len(names)} studies")
-    for col in ("study", "kind", "trials", "best tok/s", "updated"):
+    for col in ("study", "kind", "SGLang", "trials", "best tok/s", "updated"):
         tab.add_column(col, justify="right" if col in ("trials", "best tok/s") else "left", overflow="fold")
     for name in names:
         store = StudyStore(name, root)
@@ -62,8 +62,18 @@ def studies(root: RootOpt = DEFAULT_ROOT) -> None:
         top = max((t.best_output_throughput for t in trials if t.status == "ok"), default=None)
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime((store.dir / "study.json").stat().st_mtime))
         tab.add_row(escape(name) + (" (default)" if name == default else ""), study_kind(root, name),
-                    str(len(trials)), "-" if top is None else f"{top:,.0f}", stamp)
+                    escape(_setup(store)), str(len(trials)), "-" if top is None else f"{top:,.0f}", stamp)
     show_table(tab, keep=("study", "kind", "updated"))
+
+
+def _setup(store: StudyStore) -> str:
+    """The SGLang version and patches a study ran with, and the study it was warm-started from."""
+    info = store.read_study()
+    ident = info.get("identity") or {}
+    version = ident.get("sglang_version") or (info.get("profile") or {}).get("server", {}).get("sglang_version", "?")
+    patches = f" +{len(ident['patches'])} patch(es)" if ident.get("patches") else ""
+    warm = ((store.read_best() or {}).get("warm_start") or {}).get("from")
+    return f"{version}{patches}" + (f" (warm from {warm})" if warm else "")
 
 
 def _reference(path: Path | None) -> dict[str, Any] | None:

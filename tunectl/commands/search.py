@@ -84,18 +84,6 @@ def resume_line(d: dict[str, Any]) -> str:
     return f"resuming: {kept} of {d['trials']} search trials kept{again}"
 
 
-def warm_lines(w: dict[str, Any]) -> list[str]:
-    """'old best on new version: X (was Y)' and the flags that changed meaning."""
-    was = f"{w['old_best_was']:,.0f} tok/s on SGLang {w['sglang_version']}" if w.get("old_best_was") else "?"
-    now = (f"{w['old_best_now']:,.0f} tok/s" if w.get("old_best_now") is not None
-           else str(w.get("old_best_status") or "not run"))
-    trial = f" (trial {w['old_best_trial']})" if w.get("old_best_trial") is not None else ""
-    out = [f"warm start from {w['from']}: old best on new version: {now}{trial} (was {was}); {w['prior']} old "
-           f"trials as prior knowledge, values x{w.get('scale', 1):.2f}"]
-    out += [f"  changed meaning: {c}" for c in w.get("changed_meaning") or []]
-    return out
-
-
 def _ladder_table(ladder: list[Any]) -> Table:
     t = Table(title="the winner's ladder (its search run)", show_lines=False)
     for col in ("workload", "concurrency", "status", "output tok/s"):
@@ -149,6 +137,8 @@ def show(out: dict[str, Any], root: Path) -> None:
         if best.get("config_file"):
             console.print(f"[bold]config file[/bold]: {escape(best['config_file'])}", highlight=False)
     if out.get("warm_start"):
+        from tunectl.reports.tables import warm_lines
+
         for line in warm_lines(out["warm_start"]):
             console.print(line, highlight=False, markup=False)
     console.print(f"results: {escape(out['results_dir'])} (best.json, trials/, study.db); storage "
