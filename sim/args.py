@@ -1,5 +1,5 @@
-"""The stand-in's command line: SGLang's flags (built from the bundled --help table of 0.5.9, or of 0.5.17 with
-`--sim-sglang-version 0.5.17`) plus --sim-* flags.
+"""The stand-in's command line: SGLang's flags (built from the bundled --help table of 0.5.9, or of 0.5.17 or
+0.5.23 with `--sim-sglang-version`) plus --sim-* flags.
 
 `--config FILE.yaml` is merged exactly like SGLang's ConfigArgumentMerger: config options first, then the
 command line (so the command line wins); store_true flags appear only when true; other booleans become
@@ -26,14 +26,14 @@ TYPES: dict[str, Any] = {
     "cuda-graph-max-bs-decode": int, "cuda-graph-max-bs-prefill": int,     # 0.5.17 names
     "tp-size": int, "dp-size": int, "pp-size": int, "ep-size": int,
 }
-VERSIONS = ("0.5.9", "0.5.17")
+VERSIONS = ("0.5.9", "0.5.17", "0.5.23")
 # Options SGLang's --config parser refuses: their destination belongs to an argparse action that is neither store
 # nor store_true (server_args_config_parser.py, `unsupported_actions`, keyed by dest), derived from each version's
 # parser source (tunectl/sglang_source.py). 0.5.17 refuses the NEW names of options a deprecated alias shares
 # (real: "Unsupported config option 'cuda_graph_backend_prefill' with action 'DeprecatedStoreConstAction'"): tunectl
 # puts them on the command line (runners/server/plan.py).
 CONFIG_UNSUPPORTED: dict[str, dict[str, str]] = {v: config_refused(v) for v in VERSIONS}
-# 0.5.17 names of the knobs the stand-in's model reads under their 0.5.9 names.
+# 0.5.17's (and 0.5.23's) names of the knobs the stand-in's model reads under their 0.5.9 names.
 RENAMED_0517 = {"cuda_graph_max_bs_decode": "cuda_graph_max_bs", "dsa_prefill_backend": "nsa_prefill_backend",
                 "dsa_decode_backend": "nsa_decode_backend"}
 DEFAULTS: dict[str, Any] = {"host": "127.0.0.1", "port": 30000, "tensor-parallel-size": 1, "stream-interval": 1,
@@ -115,10 +115,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def model_config(ns: argparse.Namespace) -> dict[str, Any]:
-    """The namespace as the model's config dict (underscored names, unset values dropped; 0.5.17's names of the
+    """The namespace as the model's config dict (underscored names, unset values dropped; later versions' names of the
     model's knobs read as their 0.5.9 names)."""
     out = {k: v for k, v in vars(ns).items() if v is not None and v is not False and not k.startswith("sim_")}
-    if getattr(ns, "sim_sglang_version", SGLANG_VERSION) == "0.5.17":
+    if getattr(ns, "sim_sglang_version", SGLANG_VERSION) != "0.5.9":
         for new, old in RENAMED_0517.items():
             if new in out:
                 out[old] = out.pop(new)
