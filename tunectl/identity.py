@@ -132,6 +132,8 @@ def host_gpu(prof: Profile, runner: Any) -> tuple[str, int]:
     from tunectl.errors import TunectlError
     from tunectl.runners.checks.hostcheck import gpu_names
 
+    if runner is None:                              # a virtual or injected evaluation: no host to ask
+        return "unknown", len(prof.host.gpus or [])
     try:
         names = gpu_names(runner, prof.host.gpus)
     except TunectlError:

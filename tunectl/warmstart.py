@@ -19,6 +19,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from pydantic import ValidationError
 
 from tunectl.errors import UsageError
 from tunectl.migrate import ParamMap
@@ -53,10 +54,13 @@ class WarmStart:
                 "changed_meaning": self.changed_meaning}
 
 
-def _old_storage(store: StudyStore, info: dict[str, Any]) -> str:
+def _old_storage(store: StudyStore, info: dict[str, Any], given: str | None) -> str:
+    """The old study's own SQLite file, else the storage this run was given, else the one it recorded."""
     db = store.dir / "study.db"
     if db.exists():
         return f"sqlite:///{db.resolve()}"
+    if given:
+        return given
     url = str(info.get("storage") or "")
     if not url or "***" in url or url.startswith("memory:"):
         raise UsageError(f"--warm-start {store.name}: its storage ({url or 'none'}) cannot be opened from here; "
@@ -88,8 +92,12 @@ def load(name: str, prof: Profile, root: Path | str, storage_url: str | None = N
     if info.get("kind") != "search":
         raise UsageError(f"--warm-start {name}: no search study of that name under {root} (tunectl studies lists "
                          "them)")
-    old_prof = Profile.model_validate({**info["profile"], "source": ""})
-    url = storage_url or _old_storage(store, info)
+    try:
+        old_prof = Profile.model_validate(info["profile"])
+    except ValidationError as e:
+        raise UsageError(f"--warm-start {name}: its study.json holds a profile this tunectl cannot read "
+                         f"({e.errors()[0]['msg']})") from None
+    url = _old_storage(store, info, storage_url)
     old = optuna.load_study(study_name=name, storage=open_storage(url))
     pm = ParamMap(old_prof, prof)
     trials = old.get_trials(deepcopy=False)
