@@ -95,3 +95,14 @@ def test_the_cli_says_it_in_one_line_with_exit_2(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.output.strip().count("\n") == 0
     assert "study 'sim-glm5' holds" in res.output and "SGLang 0.5.9 -> 0.5.17" in res.output
+
+
+def test_the_gpu_model_and_count_come_from_the_hosts_nvidia_smi(tmp_path: Path) -> None:
+    from tunectl.runners.checks.hostcheck import gpu_names
+    from tunectl.runners.hosts.local import LocalRunner
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '0, NVIDIA H200\\n1, NVIDIA H200\\n2, NVIDIA H100 80GB HBM3\\n'\n")
+    smi.chmod(0o755)
+    assert gpu_names(LocalRunner(), [0, 2], smi=str(smi)) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    assert len(gpu_names(LocalRunner(), None, smi=str(smi))) == 3
