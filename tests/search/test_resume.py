@@ -33,11 +33,19 @@ def leftover(store: StudyStore, n: int) -> ProcHandle:
     return h
 
 
+def _read(path: Path) -> str:
+    """A host file the worker may remove between the listing and the read (its trial just ended)."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def wait_for_trial(store: StudyStore, n: int, limit: float = 60.0) -> None:
     host_files = store.dir / "hosts"
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        running = [p.read_text().strip() for p in host_files.glob("*.json")] if host_files.is_dir() else []
+        running = [text for p in (host_files.glob("*.json") if host_files.is_dir() else []) if (text := _read(p))]
         if running and int(running[0]) >= n and (store.trial_dir(int(running[0])) / "launch.json").exists():
             return
         time.sleep(0.05)
