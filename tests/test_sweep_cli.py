@@ -159,6 +159,22 @@ def test_launches_are_fresh_servers_pooled_per_level(env):
         assert row["launch_spread"] == pytest.approx((max(values) - min(values)) / pooled["value"])
 
 
+@pytest.mark.skipif(not _has_real_client(), reason="sglang.bench_serving 0.5.9 not installed")
+def test_a_level_the_real_client_fails_keeps_its_error_text(env, tmp_path):
+    data = yaml.safe_load(env["profile"].read_text())
+    data["model"]["tokenizer"] = str(tmp_path / "no-such-tokenizer")        # the client cannot start its level
+    env["profile"].write_text(yaml.safe_dump(data, sort_keys=False))
+    res = sweep(env, "--concurrency", "4", "--client", "bench_serving", "--study", "failing", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [lv["status"] for lv in doc["levels"]] == ["failed"]
+    files = list(Path(doc["results_dir"], "levels").glob("*.json"))
+    level = json.loads(files[0].read_text())
+    assert level["status"] == "failed" and level["errors"], level
+    assert level["errors"][0].startswith("bench_serving exit ")                  # what failed, then why
+    assert any("no-such-tokenizer" in e for e in level["errors"]), level["errors"]
+
+
 def test_unknown_client_is_one_line(env):
     res = sweep(env, "--client", "wrk")
     assert res.returncode == 2 and "--client" in res.stderr and "bench_serving" in res.stderr

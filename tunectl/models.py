@@ -80,6 +80,7 @@ class LevelResult:
     batches: int = 0
     capped: bool = False
     witness: dict[str, Any] = field(default_factory=dict)   # server-side figures and the client/server gap
+    errors: list[str] = field(default_factory=list)          # a failed level: the client's own error lines
     schema: int = SCHEMA_VERSION
 
     @property

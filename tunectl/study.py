@@ -183,12 +183,26 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                storage_url: str | None = None, seed: int | None = None, on_event: Event | None = None,
                root: Path | str = DEFAULT_ROOT, evaluate: Evaluate | None = None, runner: Any = None,
                heartbeat_s: int = HEARTBEAT_S, warm_start: str | None = None) -> SearchOutcome:
+    """The study, run to its winner. A runner it makes itself (none given, no `evaluate`) is closed on every
+    path out (SSH connections, port forwards); a runner given is the caller's to close."""
+    if evaluate is not None or runner is not None:
+        return _run_search(prof, trials, study_name, storage_url, seed, on_event, root, evaluate, runner,
+                           heartbeat_s, warm_start)
+    own = make_runner(prof)
+    try:
+        return _run_search(prof, trials, study_name, storage_url, seed, on_event, root, None, own, heartbeat_s,
+                           warm_start)
+    finally:
+        own.close()
+
+
+def _run_search(prof: Profile, trials: int | None, study_name: str | None, storage_url: str | None,
+                seed: int | None, on_event: Event | None, root: Path | str, evaluate: Evaluate | None,
+                runner: Any, heartbeat_s: int, warm_start: str | None) -> SearchOutcome:
     started = time.monotonic()
     name = study_name or prof.name
     store = StudyStore(name, root)
     ws = _load_warm(warm_start, name, prof, root, storage_url)
-    if evaluate is None and runner is None:
-        runner = make_runner(prof)
     if evaluate is None:                         # the profile's own mistakes: before a study exists
         preflight(prof, runner, on_event, CONFIG_CHECKS)
     url = storage_url_for(storage_url) if storage_url else default_storage_url(store.dir)

@@ -180,8 +180,16 @@ class BenchServingClient:
         metrics = _modeled({k: float(v) for k, v in got.metrics.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)}, target.time_scale)
         return LevelMetrics(concurrency, num_prompts, workload.label, metrics=metrics, completed=got.completed,
-                            failed=num_prompts - got.completed, errors=got.evidence[:5],
+                            failed=num_prompts - got.completed, errors=_errors(got, res.stdout + res.stderr),
                             wall_s=time.monotonic() - t0, server_gone=got.status == "server_died")
+
+
+def _errors(got: BenchServingOutcome, output: str) -> list[str]:
+    """A failed level's text: what went wrong, its evidence, else the client's last output lines."""
+    if got.status == "ok":
+        return []
+    tail = [ln.strip()[:240] for ln in output.splitlines() if ln.strip()][-3:]
+    return [got.message, *(got.evidence[:4] or tail)]
 
 
 def _modeled(metrics: dict[str, float], scale: float) -> dict[str, float]:

@@ -177,6 +177,8 @@ def _level_result(w: WorkloadSpec, c: int, box: dict[str, Any], crash: CrashInfo
             lv.output_throughput_ci95 = [round(st.interval.low, 2), round(st.interval.high, 2)]
             lv.samples, lv.batches = st.samples, st.interval.n
         lv.capped = bool(getattr(m, "capped", False))
+    if crash is not None or m is None or not m.ok:          # the evidence of a level that did not pass
+        lv.errors = ([box["error"]] if "error" in box else []) + (list(m.errors[:5]) if m is not None else [])
     if crash is not None:
         lv.status, lv.crash = "crashed", crash
     elif m is None or not m.ok:

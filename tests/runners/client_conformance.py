@@ -66,7 +66,9 @@ class TestDeadServer:
             fake.stop(proc)
         assert not res.ok and res.completed < 12 and res.failed > 0
         assert res.completed + res.failed == 12
+        assert res.errors and all(isinstance(e, str) and e.strip() for e in res.errors)    # it says why
 
     def test_no_server_is_a_failed_level_not_an_exception(self, client: Client, tmp_path: Path) -> None:
         res = client.run_level(target(f"http://127.0.0.1:{free_port()}", tmp_path), WORKLOAD, 2, 4)
         assert not res.ok and res.completed == 0 and res.failed == 4
+        assert res.errors and all(isinstance(e, str) and e.strip() for e in res.errors)    # it says why

@@ -30,6 +30,31 @@ def test_a_misspelt_flag_stops_the_study_before_any_launch(tmp_path: Path) -> No
     assert not (tmp_path / "results" / prof.name).exists()                 # no study, nothing launched
 
 
+class CountingRunner(LocalRunner):
+    """The real local runner; counts how often it is closed."""
+    closed = 0
+
+    def close(self) -> None:
+        type(self).closed += 1
+        super().close()
+
+
+@pytest.mark.parametrize("stop", ["preflight", "ctrl-c"])
+def test_the_runner_a_search_makes_is_closed_on_the_way_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            stop: str) -> None:
+    monkeypatch.setattr("tunectl.study.make_runner", lambda prof: CountingRunner())
+    monkeypatch.setattr(CountingRunner, "closed", 0)
+    prof = _profile(tmp_path, **({"mem-fraction-statik": 0.8} if stop == "preflight" else {}))
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind == "resume":                  # the study is open, the host lock held: Ctrl-C here
+            raise KeyboardInterrupt
+
+    with pytest.raises(ChecksFailed if stop == "preflight" else KeyboardInterrupt):
+        run_search(prof, trials=2, root=tmp_path / "results", on_event=on_event)
+    assert CountingRunner.closed == 1
+
+
 def test_a_clean_profile_passes(tmp_path: Path) -> None:
     preflight(_profile(tmp_path), LocalRunner())
 
