@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
@@ -50,6 +51,14 @@ def position(spec: ParamSpec, value: Any) -> float:
 
 
 def _key(value: Any) -> str:
+    try:
+        return _scalar_key(value)
+    except TypeError:                                     # unhashable
+        return json.dumps(value, default=str)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)            # a knob's few values, asked for every candidate
+def _scalar_key(value: Any) -> str:
     return json.dumps(value, default=str)
 
 

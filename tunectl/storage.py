@@ -1,8 +1,11 @@
 """The Optuna storage URL a user gives (`--storage`): made openable, its errors one line, its password hidden."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from tunectl import redact
 from tunectl.errors import InfraError, UsageError
@@ -48,3 +51,42 @@ def storage_errors(url: str) -> Iterator[None]:
     except sqlalchemy.exc.OperationalError as e:
         why = str(getattr(e, "orig", e)).strip().splitlines()[0]
         raise InfraError(f"--storage {shown}: cannot connect: {why}") from None
+
+
+@contextmanager
+def held_in_memory(open_disk: Callable[[], Any], name: str, db_path: Path) -> Iterator[Any]:
+    """A study kept in memory while it runs, written to its SQLite file once at the end, whatever the end
+    (finished, an error, Ctrl-C): a virtual-clock study makes thousands of small writes in seconds, each a
+    commit on disk. The study already on disk (a rerun resumes it) is read first. The file is replaced whole
+    (written beside it, then renamed), so a kill leaves the previous study, never half of one."""
+    import optuna
+
+    mem = optuna.storages.InMemoryStorage()
+    disk = open_disk() if db_path.exists() else None           # a new study: nothing to read
+    if disk is not None and any(s.study_name == name for s in disk.get_all_studies()):
+        optuna.copy_study(from_study_name=name, from_storage=disk, to_storage=mem)
+    try:
+        yield mem
+    finally:
+        if any(s.study_name == name for s in mem.get_all_studies()):
+            _write_sqlite(mem, name, db_path)
+
+
+def _write_sqlite(mem: Any, name: str, db_path: Path) -> None:
+    import optuna
+    import sqlalchemy
+
+    tmp = db_path.with_name(f".{db_path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    out = optuna.storages.RDBStorage(f"sqlite:///{tmp}")
+    # A scratch file until the rename: no sync per commit (Optuna commits once per trial and attribute), one
+    # fsync of the whole file before it replaces the study.
+    sqlalchemy.event.listen(out.engine, "connect", lambda conn, _: conn.execute("PRAGMA synchronous=OFF"))
+    out.engine.dispose()
+    try:
+        optuna.copy_study(from_study_name=name, from_storage=mem, to_storage=out)
+    finally:
+        out.engine.dispose()
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, db_path)

@@ -5,9 +5,10 @@ the console.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from tunectl.search.study import (
     open_storage,
     recover,
 )
-from tunectl.storage import storage_errors, storage_url_for
+from tunectl.storage import held_in_memory, storage_errors, storage_url_for
 from tunectl.store import DEFAULT_ROOT, StudyStore, read_json
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -182,23 +183,26 @@ def preflight(prof: Profile, runner: Any, on_event: Event | None = None,
 def run_search(prof: Profile, trials: int | None = None, study_name: str | None = None,
                storage_url: str | None = None, seed: int | None = None, on_event: Event | None = None,
                root: Path | str = DEFAULT_ROOT, evaluate: Evaluate | None = None, runner: Any = None,
-               heartbeat_s: int = HEARTBEAT_S, warm_start: str | None = None) -> SearchOutcome:
+               heartbeat_s: int = HEARTBEAT_S, warm_start: str | None = None,
+               in_memory: bool = False) -> SearchOutcome:
     """The study, run to its winner. A runner it makes itself (none given, no `evaluate`) is closed on every
-    path out (SSH connections, port forwards); a runner given is the caller's to close."""
+    path out (SSH connections, port forwards); a runner given is the caller's to close. `in_memory`: the study
+    (on its default SQLite file) is held in memory while it runs and written once at the end (virtual-clock
+    studies: one worker, thousands of writes in seconds)."""
     if evaluate is not None or runner is not None:
         return _run_search(prof, trials, study_name, storage_url, seed, on_event, root, evaluate, runner,
-                           heartbeat_s, warm_start)
+                           heartbeat_s, warm_start, in_memory)
     own = make_runner(prof)
     try:
         return _run_search(prof, trials, study_name, storage_url, seed, on_event, root, None, own, heartbeat_s,
-                           warm_start)
+                           warm_start, in_memory)
     finally:
         own.close()
 
 
 def _run_search(prof: Profile, trials: int | None, study_name: str | None, storage_url: str | None,
                 seed: int | None, on_event: Event | None, root: Path | str, evaluate: Evaluate | None,
-                runner: Any, heartbeat_s: int, warm_start: str | None) -> SearchOutcome:
+                runner: Any, heartbeat_s: int, warm_start: str | None, in_memory: bool) -> SearchOutcome:
     started = time.monotonic()
     name = study_name or prof.name
     store = StudyStore(name, root)
@@ -214,45 +218,38 @@ def _run_search(prof: Profile, trials: int | None, study_name: str | None, stora
     with storage_errors(url):
         host_lock = claim_host(url, lock_dir, name, key)
     try:
-        with storage_errors(url), WorkerLock(url, lock_dir, name, "setup"):   # one worker creates the schema
-            study = optuna.create_study(
-                study_name=name, storage=open_storage(url, heartbeat_s), load_if_exists=True,
-                sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
-                directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
-        recorded = store.read_study()
-        done = sum(t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL
-                   for t in study.get_trials(deepcopy=False))
-        if identity.guard(study, recorded, prof, fp, done):
-            check_same_space(study, prof)
-        before = recorded.get("trials")
-        store.write_study({"kind": "search", "storage": redact.url(url), "profile": redact.profile(prof),
-                           "trials": n_trials, "seed": seed, "sampler": prof.search.sampler, "identity": fp})
-        hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
-                      cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
-                      on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname),
-                      repairs=lambda sig, text: versions.resolve_repairs(repairs_for(sig, text), CATALOG_VERSION,
-                                                                         prof.server.sglang_version))
-        state = HostState(store.dir / "hosts", key)
-        recovered = recover(study, key, state, hooks.cleanup)
-        for n in recovered:
-            close_interrupted(store, n)
-        if on_event:
-            on_event("resume", resume_info(study, recovered, before, n_trials))
-        if evaluate is None:                     # the host's state, once this study's leftovers are gone
-            preflight(prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
-        loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
-        if ws is not None:
-            warmstart.begin(study, ws, hooks.lock)
-        loop.ensure_baseline()
-        if ws is not None and not warmstart.has_prior(study):
-            loop.search(1)                       # the queue: the old winner and top-k, the baseline, try_first
-            added = warmstart.learn(study, ws, prof, hooks.lock)
-            if on_event and added:
-                on_event("prior", {"from": ws.study, "trials": added})
-        loop.search(n_trials)
-        loop.finalists()
-        outcome = summarize(study, prof, loop, store, url, time.monotonic() - started)
-        outcome.warm_start = warmstart.summary(study)
+        memory_of = store.dir / "study.db" if in_memory and not storage_url else None
+        with _open_study(prof, url, name, seed, heartbeat_s, lock_dir, memory_of) as study:
+            recorded = store.read_study()
+            done = sum(t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL
+                       for t in study.get_trials(deepcopy=False))
+            if identity.guard(study, recorded, prof, fp, done):
+                check_same_space(study, prof)
+            before = recorded.get("trials")
+            store.write_study({"kind": "search", "storage": redact.url(url), "profile": redact.profile(prof),
+                               "trials": n_trials, "seed": seed, "sampler": prof.search.sampler, "identity": fp})
+            hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
+                          cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
+                          on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname),
+                          repairs=lambda sig, text: versions.resolve_repairs(repairs_for(sig, text),
+                                                                             CATALOG_VERSION,
+                                                                             prof.server.sglang_version))
+            state = _resume(study, store, key, hooks, (before, n_trials))
+            if evaluate is None:                 # the host's state, once this study's leftovers are gone
+                preflight(prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
+            loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
+            if ws is not None:
+                warmstart.begin(study, ws, hooks.lock)
+            loop.ensure_baseline()
+            if ws is not None and not warmstart.has_prior(study):
+                loop.search(1)                   # the queue: the old winner and top-k, the baseline, try_first
+                added = warmstart.learn(study, ws, prof, hooks.lock)
+                if on_event and added:
+                    on_event("prior", {"from": ws.study, "trials": added})
+            loop.search(n_trials)
+            loop.finalists()
+            outcome = summarize(study, prof, loop, store, url, time.monotonic() - started)
+            outcome.warm_start = warmstart.summary(study)
         store.write_best(outcome.to_dict())
         return outcome
     finally:
@@ -266,6 +263,36 @@ def _load_warm(old: str | None, name: str, prof: Profile, root: Path | str,
     if old == name:
         raise UsageError(f"--warm-start {old}: the new study needs a name of its own (--study {old}-2)")
     return warmstart.load(old, prof, root, storage_url_for(storage_url) if storage_url else None)
+
+
+@contextlib.contextmanager
+def _open_study(prof: Profile, url: str, name: str, seed: int, heartbeat_s: int, lock_dir: Path,
+                memory_of: Path | None) -> Iterator[optuna.Study]:
+    """The study on its storage; with `memory_of` (a SQLite file) held in memory and written there once at the
+    end (tunectl/storage.py `held_in_memory`)."""
+    with contextlib.ExitStack() as stack:
+        with storage_errors(url), WorkerLock(url, lock_dir, name, "setup"):
+            if memory_of is not None:
+                storage = stack.enter_context(held_in_memory(lambda: open_storage(url), name, memory_of))
+            else:
+                storage = open_storage(url, heartbeat_s)           # one worker creates the schema
+            study = optuna.create_study(
+                study_name=name, storage=storage, load_if_exists=True,
+                sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
+                directions=["maximize", "minimize"] if prof.objective.multi_objective else ["maximize"])
+        yield study
+
+
+def _resume(study: optuna.Study, store: StudyStore, key: str, hooks: Hooks,
+            planned: tuple[int | None, int]) -> HostState:
+    """Recover what a dead worker left on this host and say what this run does with the study."""
+    state = HostState(store.dir / "hosts", key)
+    recovered = recover(study, key, state, hooks.cleanup)
+    for n in recovered:
+        close_interrupted(store, n)
+    if hooks.on_event:
+        hooks.on_event("resume", resume_info(study, recovered, *planned))
+    return state
 
 
 def _launch_of(store: StudyStore, n: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Which params are flags, env variables or patches: `tunectl.knobs` (the same mapp
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any
@@ -24,11 +25,13 @@ from tunectl.runners.hosts.base import LOOPBACK
 _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
-def _store_true_flags(version: str) -> set[str]:
+@functools.lru_cache(maxsize=8)
+def _store_true_flags(version: str) -> frozenset[str]:
+    """Parsed once per version (every trial's plan asks)."""
     try:
-        return {name for name, spec in bundled_flags(version).items() if not spec.takes_value}
+        return frozenset(name for name, spec in bundled_flags(version).items() if not spec.takes_value)
     except FileNotFoundError:
-        return set()
+        return frozenset()
 
 
 def on_command_line(prof: Profile, config: dict[str, Any]) -> list[str]:

@@ -147,3 +147,34 @@ def test_a_rerun_with_an_edited_space_is_one_line_and_leaves_nothing_running(tmp
     storage = f"sqlite:///{tmp_path / prof.name / 'study.db'}"
     states = {t.state for t in optuna.load_study(study_name=prof.name, storage=storage).trials}
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states
+
+
+def test_a_study_held_in_memory_is_on_disk_after_ctrl_c_and_resumes(tmp_path: Path) -> None:
+    """`search --virtual` keeps its study in memory and writes study.db once: on Ctrl-C too, and a rerun resumes
+    it as it would a study written trial by trial."""
+    from tests.search.conftest import make_profile
+    from tunectl.study import run_search
+    from tunectl.virtual import VirtualEvaluator
+
+    prof = make_profile(search__finalists={"top_k": 1, "reruns": 1})
+    said: list[dict] = []
+
+    def on_event(kind: str, d: dict) -> None:
+        said.append(d) if kind == "resume" else None
+        if kind == "trial_start" and d["n"] == 3:
+            raise KeyboardInterrupt                       # Ctrl-C as the fourth trial starts
+
+    with pytest.raises(KeyboardInterrupt):
+        run_search(prof, trials=6, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0, on_event=on_event,
+                   in_memory=True)
+    db = tmp_path / prof.name / "study.db"
+    on_disk = optuna.load_study(study_name=prof.name, storage=f"sqlite:///{db}").trials
+    assert [t.number for t in on_disk if t.state != TrialState.RUNNING] == [0, 1, 2]
+    assert [t.number for t in on_disk if t.state == TrialState.RUNNING] == [3]
+    assert not list(db.parent.glob(".study.db.*"))                                     # no scratch file left
+    out = run_search(prof, trials=6, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0, in_memory=True,
+                     on_event=lambda kind, d: said.append(d) if kind == "resume" else None)
+    assert [(d["mode"], d["requeued"]) for d in said] == [("new", []), ("resuming", [3])]
+    assert out.trials == 6
+    done = optuna.load_study(study_name=prof.name, storage=f"sqlite:///{db}").trials
+    assert len(done) > len(on_disk) and not {TrialState.RUNNING, TrialState.WAITING} & {t.state for t in done}

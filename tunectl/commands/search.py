@@ -189,11 +189,11 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
                             StudyStore(study or prof.name, root))
     if as_json:
         out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate,
-                         warm_start=warm_start).to_dict()
+                         warm_start=warm_start, in_memory=virtual).to_dict()
         print(json.dumps(out, indent=2, default=str))
         return
     view = Progress(trials or prof.search.trials)
     with view.live:
         out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate,
-                         warm_start=warm_start).to_dict()
+                         warm_start=warm_start, in_memory=virtual).to_dict()
     show(out, root)
