@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -42,8 +43,10 @@ def test_baseline_shows_the_seeds_numbers(env):
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "ok" and [lv["status"] for lv in doc["levels"]] == ["ok"] * 3
-    at64 = doc["levels"][0]["metrics"]["output_throughput"]
-    assert 0.6 * SEED_BASELINE_AT_64 < at64 < 1.3 * SEED_BASELINE_AT_64
+    at64, level = doc["levels"][0]["metrics"]["output_throughput"], doc["levels"][0]
+    assert at64 < 1.3 * SEED_BASELINE_AT_64                    # never faster than the model
+    if not level["client_bound"]:                              # a starved client says so, and then reads low
+        assert 0.6 * SEED_BASELINE_AT_64 < at64, level["witness"]
     for key in ("output_throughput", "total_throughput", "median_ttft_ms", "p99_ttft_ms", "p99_tpot_ms"):
         assert key in doc["levels"][0]["metrics"]
     assert Path(doc["results_dir"], "trial.json").is_file()
@@ -210,6 +213,12 @@ def test_set_aliases_reach_the_argv_once(env):
     assert argv[argv.index("--tp-size") + 1] == "4"
 
 
+def _in_flight(log: str) -> int:
+    """Requests at the server (running + queued) by its latest batch line."""
+    last = re.findall(r"#running-req: (\d+).*?#queue-req: (\d+)", log)
+    return int(last[-1][0]) + int(last[-1][1]) if last else 0
+
+
 def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     import os
     import signal
@@ -226,13 +235,16 @@ def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     while not (levels.is_dir() and any(levels.glob("*-c256.json"))):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    time.sleep(0.5)                                         # in the middle of c=512, the client's workers busy
+    launch = json.loads((levels.parent / "launch.json").read_text())
+    log = Path(ProcHandle.for_dir(launch["run_id"], launch["trial_dir"]).log_path)
+    while _in_flight(log.read_text(errors="replace")) <= 256:   # the server's own view: c=512 under way, the
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()   # client's workers busy
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)                      # what Ctrl-C at a terminal does: the whole group
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "interrupted" in err
-    launch = json.loads((levels.parent / "launch.json").read_text())
     handle = ProcHandle.for_dir(launch["run_id"], launch["trial_dir"])   # found by its run id
     assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down
 

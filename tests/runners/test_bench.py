@@ -48,9 +48,13 @@ def test_metrics_match_the_known_cadence(server: str, time_scale: float) -> None
     assert (res.completed, res.failed, m["completed"], m["total_output_tokens"]) == (16, 0, 16, 16 * 16)
     assert m["median_itl_ms"] == pytest.approx(20 * k, rel=0.25)
     assert m["median_tpot_ms"] == pytest.approx(20 * k, rel=0.25)
-    assert 40 * k <= m["median_ttft_ms"] < 80 * k
+    # No server answers before its schedule: the lower bounds hold on any host. On a busy host the client's own
+    # timestamps are late by its event loop's oversleep, which it measures and flags (client_bound): the upper
+    # bounds widen by that p99 lag (wall ms), and only when the client says so.
+    slack = res.client["loop_lag_p99_ms"] if res.client_bound else 0.0
+    assert 40 * k <= m["median_ttft_ms"] < (80 + slack) * k, res.client
     e2e = (40 + 15 * 20) * k
-    assert e2e <= m["median_e2e_latency_ms"] < e2e * 1.3
+    assert e2e <= m["median_e2e_latency_ms"] < (e2e * 1.3 + slack * k), res.client
     assert m["output_throughput"] == pytest.approx(m["total_output_tokens"] / m["duration"])
     assert m["total_throughput"] == pytest.approx((16 * 32 + 16 * 16) / m["duration"])
     assert 5 < m["concurrency"] <= 8.01
