@@ -39,7 +39,8 @@ class ChecksFailed(TunectlError):
         if engine is not None:
             msg = f"the engine cannot start: {engine.detail}" + (f"; {engine.fix}" if engine.fix else "")
         else:
-            msg = "host checks failed: " + "; ".join(f"{c.name}: {c.detail}" for c in self.checks)
+            msg = "host checks failed: " + "; ".join(f"{c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "")
+                                                     for c in self.checks)
         self.exit_code = 2 if {c.name for c in self.checks} <= {"flags"} else 1
         super().__init__(msg)
 

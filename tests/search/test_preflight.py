@@ -55,6 +55,22 @@ def test_the_runner_a_search_makes_is_closed_on_the_way_out(tmp_path: Path, monk
     assert CountingRunner.closed == 1
 
 
+def test_a_taken_port_says_whose_and_how_to_move(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    prof = _profile(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        prof.server.port = s.getsockname()[1]
+        with pytest.raises(ChecksFailed) as e:
+            run_search(prof, trials=2, root=tmp_path / "results", runner=LocalRunner())
+    assert e.value.exit_code == 1
+    assert f"port {prof.server.port} is taken by pid {os.getpid()}" in str(e.value)
+    assert "(stop that server or set server.port)" in str(e.value)            # what a user does about it
+
+
 def test_a_clean_profile_passes(tmp_path: Path) -> None:
     preflight(_profile(tmp_path), LocalRunner())
 
