@@ -43,7 +43,9 @@ def test_the_rest_of_the_checkout_is_not_part_of_the_package() -> None:
 def test_install_mapping_names_the_same_rooms() -> None:
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapped = {k: v for k, v in setup["package-dir"].items() if k != "tunectl"}
-    assert mapped == {f"tunectl.{r}": r for r in ROOMS}
+    data_only = {"tunectl.profiles": "profiles"}      # YAML read at run time (the default profile), never imported
+    assert mapped == {**{f"tunectl.{r}": r for r in ROOMS}, **data_only}
+    assert not [p for d in data_only.values() for p in (ROOT / d).rglob("*.py")]
     on_disk = {str(p.parent.relative_to(ROOT)).replace("/", ".") for room in ROOMS
                for p in (ROOT / room).rglob("__init__.py")}
     assert {"tunectl." + d for d in on_disk} <= set(setup["packages"])

@@ -212,13 +212,17 @@ def test_saturation_stops_a_workload_early(tmp_path, started):
     prof = sim_profile(tmp_path, **{"bench.saturation_stop": 0.5})
     srv = started(prof)
     assert lifecycle.wait_ready(srv).ready
-    # Capped at 64 running requests, every level from 128 up keeps a queue at the server: its throughput is the
-    # cap's, however late a busy host's client sends (at 64 exactly, each late request would idle a slot).
-    ladder = run_ladder(srv, [128, 256, 512], prof.bench.workloads)
+    # Capped at 64 running requests, the throughput stops growing above 64: the ladder stops at the first level
+    # that adds less than 50%, before its end. Which level that is depends on how well a busy host's client
+    # drives each level (a starved level reads low), so the rule is checked on the levels as measured.
+    levels = [64, 128, 256, 512]
+    ladder = run_ladder(srv, levels, prof.bench.workloads)
     assert ladder.crash is None and ladder.saturated == ["random"]
-    assert [lv.concurrency for lv in ladder.levels] == [128, 256]
-    first, second = ladder.levels
-    assert second.output_throughput < 1.5 * first.output_throughput        # why it stopped: under the 50% share
+    ran = [lv.concurrency for lv in ladder.levels]
+    assert 2 <= len(ran) < len(levels) and ran == levels[:len(ran)]
+    thr = [lv.output_throughput for lv in ladder.levels]
+    assert all(b >= 1.5 * a for a, b in zip(thr[:-2], thr[1:-1])), thr     # each level before the stop grew
+    assert thr[-1] < 1.5 * thr[-2], thr                                    # the last one did not: why it stopped
 
 
 def _has_bench_serving() -> bool:
