@@ -70,8 +70,8 @@ def test_metacharacters_in_flag_values_and_paths_are_data(tmp_path, ssh_home, ss
 
 
 def cut_mid_ladder(tmp_path, sshd, make_ssh_runner):
-    """Run one trial through SSH and cut every SSH link (sshd session processes killed by pid) right after the
-    first level finished, i.e. while the next level's requests travel through the port forward."""
+    """Run one trial through SSH and cut every SSH link (sshd session processes killed by pid) while the second
+    level's requests travel through the port forward (once the server's log shows them running)."""
     from tunectl.trial import TrialContext, run_trial
 
     prof = load_profile(ssh_profile(tmp_path))
@@ -80,9 +80,9 @@ def cut_mid_ladder(tmp_path, sshd, make_ssh_runner):
     cut = threading.Event()
 
     def on_event(kind, data):
-        if kind == "level" and not cut.is_set():
+        if kind == "level_start" and data["concurrency"] == 64 and not cut.is_set():
             cut.set()
-            threading.Timer(0.05, sshd_kill, args=(sshd,)).start()
+            threading.Thread(target=cut_when_serving, args=(tmp_path / "remote", sshd, 32), daemon=True).start()
 
     result = run_trial(TrialContext(prof, runner, store, levels=[1, 64, 256, 512]), 0, {}, "sweep", on_event)
     assert cut.is_set()
