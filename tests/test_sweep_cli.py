@@ -256,3 +256,35 @@ def test_the_hosts_trial_directory_is_removed_after_a_clean_teardown(env):
     assert doc["teardown"]["verdict"] == "clean"
     assert not Path(doc["launch"]["trial_dir"]).exists()             # nothing left under host.workdir
     assert "ready to roll" in (Path(doc["results_dir"]) / "server.log").read_text()   # the log was kept
+
+
+def test_sigterm_during_a_level_tears_the_server_down_like_ctrl_c(env):
+    """A job scheduler's stop or `timeout` sends SIGTERM to tunectl alone (not its process group): the server it
+    started must not be left running on the host (seen on a real GPU host: the next launch found port and GPU held)."""
+    import os
+    import signal
+    import time
+
+    from tunectl.runners.hosts.base import ProcHandle
+    from tunectl.runners.hosts.local import LocalRunner
+
+    cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(env["profile"]), "--results", str(env["results"]),
+           "-c", "64,256", "--study", "sigterm"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    trial = env["results"] / "sigterm" / "trials" / "0"
+    deadline = time.monotonic() + 180
+    while not (trial / "launch.json").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    launch = json.loads((trial / "launch.json").read_text())
+    handle = ProcHandle.for_dir(launch["run_id"], launch["trial_dir"])
+    log = Path(handle.log_path)
+    while not log.is_file() or _in_flight(log.read_text(errors="replace")) == 0:    # a level is under way
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)                       # tunectl alone, as `kill PID` or systemd does
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and "terminated (SIGTERM)" in err, err
+    assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down
+    assert json.loads((trial / "trial.json").read_text())["params"] == {}     # the trial record was kept

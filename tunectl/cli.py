@@ -27,6 +27,9 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
                                                 help="print the version and the interpreter, then exit")] = False
           ) -> None:
     """Unattended, crash-aware tuning of SGLang server flags."""
+    from tunectl.commands._common import stop_on_terminate
+
+    stop_on_terminate()
 
 
 def _register() -> None:

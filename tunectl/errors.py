@@ -24,6 +24,15 @@ class ProfileError(TunectlError):
             super().__init__(f"{where}: {field}: {value!r}: {problem}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a job scheduler's stop, `timeout`, a closed terminal): handled as Ctrl-C is, so the
+    server is torn down by its process group and the results so far are kept; the exit code is 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 class UsageError(TunectlError):
     exit_code = 2
 

@@ -9,7 +9,8 @@ Two witnesses, where the server offers them:
   the steady rate.
 
 `Witness.start(...)` before the level and `.finish(...)` after it give a dict: `server_generation_tokens`,
-`gap_tokens`, `server_mean_ttft_ms`, `log_gen_throughput`, `gap_log` (client / server - 1), and `flag` when a
+`gap_tokens`, `server_mean_ttft_ms`, `log_gen_throughput`, `gap_log` (client / server - 1; `compared` says which
+client reading: its steady window, or the whole run for a client that has none, e.g. sglang.bench_serving), and `flag` when a
 gap is above `DISAGREE` (5%): "client_bound" when the client also saw itself saturated, else "disagree" (the
 network, or a measurement bug). A witness the server does not offer is left out; never an error.
 """
@@ -81,9 +82,11 @@ class Witness:
                 out["server_mean_ttft_ms"] = d["sglang:time_to_first_token_seconds_sum"] / n * 1000
         rate = log_rate(decode_lines[self.lines0:])
         steady = client.get("steady_output_throughput")
-        if rate is not None and steady:
+        reading = steady or client.get("output_throughput")     # a client without a steady window: its whole run
+        if rate is not None and reading:
             out["log_gen_throughput"] = rate
-            out["gap_log"] = _gap(steady, rate)
+            out["gap_log"] = _gap(reading, rate)
+            out["compared"] = "steady" if steady else "whole_run"
         gaps = [abs(out[k]) for k in ("gap_tokens", "gap_log") if k in out]
         if gaps and max(gaps) > DISAGREE:
             out["flag"] = "client_bound" if client_bound else "disagree"

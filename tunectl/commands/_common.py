@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -10,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tunectl.errors import TunectlError
+from tunectl.errors import Terminated, TunectlError
 from tunectl.profile import Profile, default_profile_path, load_profile
 
 # No emoji codes and no markup from data: a study named `study:smile:` or a flag value `[x]` prints as written.
@@ -31,11 +34,35 @@ def one_line_errors(fn: F) -> F:
         except TunectlError as e:
             err_console.print(f"[red]error:[/red] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True)
             sys.exit(e.exit_code)
+        except Terminated as e:
+            name = signal.Signals(e.signum).name
+            err_console.print(f"[yellow]terminated[/yellow] ({name}): results written so far are kept")
+            sys.exit(128 + e.signum)
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/yellow]: results written so far are kept")
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+def stop_on_terminate() -> None:
+    """SIGTERM and SIGHUP stop tunectl as Ctrl-C does (servers torn down, results kept), not mid-trial with a
+    server left running on the host. A signal already ignored (nohup) stays ignored; a process forked from this
+    one (the client's workers) dies of the signal as it would by default."""
+    if threading.current_thread() is not threading.main_thread():    # called in-process by a host program
+        return
+    main = os.getpid()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if os.getpid() != main:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, on_signal)
 
 
 def show_table(tab: Table, keep: tuple[str, ...] = (), out: Console | None = None) -> None:
