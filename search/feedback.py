@@ -13,6 +13,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from tunectl.goodput import capacity_of, level_load
 from tunectl.models import LadderStep, LevelResult, TrialResult
 from tunectl.profile import Profile
 
@@ -65,6 +66,9 @@ def best_level(result: TrialResult, prof: Profile) -> tuple[LevelResult | None, 
     levels = primary_levels(result, prof)
     if not levels:
         return None, 1.0 if prof.objective.slo else 0.0
+    if prof.objective.mode == "goodput":     # the capacity: the highest load meeting the SLO for its share
+        found = capacity_of(levels, prof.objective.slo_attainment, prof.objective.capacity.by)
+        return found, 0.0 if found is not None else 1.0
     slo = dict(prof.objective.slo)
     meeting = [lv for lv in levels if slo_violation(lv, slo) <= 0]
     if meeting:
@@ -81,8 +85,17 @@ def crash_constraint(result: TrialResult, prof: Profile) -> float:
     return max(1.0 / planned, (planned - stable) / planned)
 
 
+def objective_value(lv: LevelResult | None, prof: Profile) -> float:
+    """The level's objective: its metric, or in goodput mode its load (the capacity: req/s or concurrency)."""
+    if lv is None:
+        return 0.0
+    if prof.objective.mode == "goodput":
+        return level_load(lv, prof.objective.capacity.by)
+    return lv.value(prof.objective.metric)
+
+
 def _values(lv: LevelResult | None, prof: Profile) -> list[float]:
-    thr = lv.value(prof.objective.metric) if lv else 0.0
+    thr = objective_value(lv, prof)
     if not prof.objective.multi_objective:
         return [thr]
     ttft = float(lv.metrics.get("p99_ttft_ms", PENALTY_LATENCY_MS)) if lv else PENALTY_LATENCY_MS
@@ -137,7 +150,7 @@ def judge(result: TrialResult, prof: Profile, infra_tries: int = 0, flaky_tries:
     if result.crash or result.status == "crashed":
         constraints["crash"] = crash_constraint(result, prof)
         reason = f"crashed ({result.crash.cls if result.crash else 'unknown'})"
-    elif lv is None or lv.output_throughput <= 0:
+    elif lv is None or objective_value(lv, prof) <= 0:
         constraints["crash"] = 1.0
         attrs["degenerate"] = True
         reason = "no stable level with output: infeasible"

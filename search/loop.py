@@ -180,8 +180,9 @@ class SearchLoop:
     def _evaluate(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str) -> tuple[TrialResult, Any]:
         planned = [(w.kind, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
         pruner = make_pruner(self.prof.search.pruning, self.study, trial if role == "search" else None, planned)
-        if role != "search":
-            pruner.cfg = pruner.cfg.model_copy(update={"enabled": False})   # baseline/finalists run the whole ladder
+        if role != "search" or self.prof.objective.mode == "goodput" or self.prof.bench.rates:
+            # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder
+            pruner.cfg = pruner.cfg.model_copy(update={"enabled": False})
         self.state.set(trial.number)
         started = time.monotonic()
         with Heartbeat(self.study._storage, trial._trial_id, self.heartbeat_s):

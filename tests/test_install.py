@@ -73,3 +73,11 @@ def test_a_real_launch_runs_from_the_install(site: Path, tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "ok" and [lv["status"] for lv in doc["levels"]] == ["ok"], doc
+
+
+def test_sample_traces_ship_with_their_profile(site: Path, tmp_path: Path) -> None:
+    prof = site / "tunectl" / "profiles" / "sim-glm5-trace.yaml"
+    assert (site / "tunectl" / "profiles" / "traces" / "mooncake-sample.jsonl").is_file()
+    assert (site / "tunectl" / "profiles" / "traces" / "azure-sample.csv").is_file()
+    res = tunectl(site, tmp_path, "sweep", "-p", str(prof), "--dry-run", "--json")   # the trace read and checked
+    assert res.returncode == 0, res.stderr

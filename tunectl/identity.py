@@ -37,7 +37,10 @@ def workload(prof: Profile) -> list[str]:
         if w.kind != "shared_prefix":
             d.pop("shared_prefix_len")
         out.append(" ".join(f"{k}={d[k]}" for k in keep if d.get(k) is not None))
-    return [*out, f"metric={prof.objective.metric}"]
+    obj = prof.objective
+    goodput = [f"goodput by={obj.capacity.by} slo={dict(sorted(obj.slo.items()))} share={obj.slo_attainment}"] \
+        if obj.mode == "goodput" else []                   # a throughput study's identity reads as before
+    return [*out, f"metric={obj.metric}", *goodput]
 
 
 def fingerprint(prof: Profile, gpu: tuple[str, int], hashes: dict[str, str]) -> dict[str, Any]:

@@ -81,7 +81,16 @@ class LevelResult:
     capped: bool = False
     witness: dict[str, Any] = field(default_factory=dict)   # server-side figures and the client/server gap
     errors: list[str] = field(default_factory=list)          # a failed level: the client's own error lines
+    request_rate: float | None = None     # an open-loop level: the rate asked for (req/s); None: closed loop
+    speedup: float | None = None          # a trace replay: its speed-up
     schema: int = SCHEMA_VERSION
+
+    @property
+    def load(self) -> str:
+        """The level's name in results: `c64` (concurrency), `r4` (request rate), `x2` (a trace at 2x)."""
+        if self.speedup is not None:
+            return f"x{self.speedup:g}"
+        return f"r{self.request_rate:.4g}" if self.request_rate is not None else f"c{self.concurrency}"
 
     @property
     def output_throughput(self) -> float:
@@ -181,6 +190,8 @@ class TrialResult:
     saved_s: float = 0.0                        # time saved by pruning / early stop (estimated)
     role: str = "search"                        # "baseline" | "search" | "finalist" | "sweep"
     attempt: int = 1
+    # SLA capacity (objective mode goodput, `sweep --capacity`): the load found, the final bracket, the SLO
+    capacity: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     @property

@@ -182,7 +182,7 @@ def _when_cycle(space: dict[str, ParamSpec], name: str, path: list[str]) -> list
 
 
 class WorkloadSpec(Strict):
-    kind: Literal["random", "shared_prefix", "long_prompt"] = "random"
+    kind: Literal["random", "shared_prefix", "long_prompt", "trace"] = "random"
     input_len: int = Field(256, ge=1)
     output_len: int = Field(128, ge=1)
     range_ratio: float = Field(1.0, gt=0, le=1)   # like bench_serving --random-range-ratio
@@ -193,6 +193,15 @@ class WorkloadSpec(Strict):
     seed: int = 1
     client: Literal["builtin", "bench_serving"] | None = None   # None: bench.client
     vocab_size: int | None = Field(None, ge=8)    # the model's vocabulary when under 30k token ids
+    # kind trace (docs/load.md): a Mooncake JSONL or Azure CSV request trace, replayed at `speedup` x its pace
+    path: str | None = None                       # relative: against the profile's folder
+    speedup: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _trace_needs_path(self) -> WorkloadSpec:
+        if self.kind == "trace" and not self.path:
+            raise ValueError("kind 'trace' needs path: a Mooncake .jsonl or an Azure .csv trace file")
+        return self
 
     @property
     def label(self) -> str:
@@ -213,6 +222,11 @@ class BenchSpec(Strict):
     min_level_s: float = Field(10.0, ge=0)
     precision: float | None = Field(0.03, gt=0, lt=1)
     max_level_s: float = Field(120.0, gt=0)
+    # Open-loop levels (docs/load.md): requests arrive at these rates (req/s, modeled on the stand-in), Poisson,
+    # or gamma when burstiness != 1 (< 1 burstier); max_concurrency caps the requests in flight
+    rates: list[float] = Field(default_factory=list)
+    burstiness: float = Field(1.0, gt=0)
+    max_concurrency: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _levels_sorted(self) -> BenchSpec:
@@ -220,7 +234,18 @@ class BenchSpec(Strict):
             raise ValueError(f"levels must be positive integers, got {self.levels}")
         if self.levels != sorted(set(self.levels)):
             raise ValueError(f"levels must be strictly increasing, got {self.levels}")
+        if any(r <= 0 for r in self.rates) or self.rates != sorted(set(self.rates)):
+            raise ValueError(f"rates must be positive and strictly increasing, got {self.rates}")
         return self
+
+
+class Capacity(Strict):
+    """The bracketing search: start, double until the SLO fails, then bisect until hi/lo - 1 <= tolerance."""
+
+    by: Literal["rate", "concurrency"] = "rate"   # open-loop request rates, or closed-loop concurrency
+    start: float = Field(1.0, gt=0)               # the first rate (req/s) or concurrency tried
+    tolerance: float = Field(0.1, gt=0, lt=1)
+    max_probes: int = Field(12, ge=2)
 
 
 class Objective(Strict):
@@ -228,6 +253,17 @@ class Objective(Strict):
     slo: dict[Literal["p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2e_latency_ms",
                       "median_ttft_ms", "median_tpot_ms"], float] = Field(default_factory=dict)
     multi_objective: bool = False                 # throughput vs p99 TTFT (Pareto)
+    # goodput: the value is the capacity, the highest request rate at which >= slo_attainment of the requests
+    # meet every `slo` limit (docs/load.md), found by a bracketing search on one launch
+    mode: Literal["throughput", "goodput"] = "throughput"
+    slo_attainment: float = Field(0.99, gt=0, le=1)
+    capacity: Capacity = Field(default_factory=lambda: Capacity())
+
+    @model_validator(mode="after")
+    def _goodput_needs_slo(self) -> Objective:
+        if self.mode == "goodput" and not self.slo:
+            raise ValueError("mode 'goodput' needs slo limits, e.g. slo: {p99_ttft_ms: 2000}")
+        return self
 
 
 class Reference(Strict):
@@ -274,6 +310,13 @@ def load_profile(path: str | os.PathLike[str], overrides: dict[str, Any] | None 
     card = prof.server.sim.card
     if _is_path(card) and not Path(card).is_absolute():
         prof.server.sim.card = str((Path(path).parent / card).resolve())
+    for w in prof.bench.workloads:
+        if w.path and not Path(w.path).is_absolute():
+            w.path = str((Path(path).parent / w.path).resolve())
+        if w.kind == "trace":
+            from tunectl.traces import load_trace
+
+            load_trace(w.path or "")          # a bad file: one line naming file, line and field (exit 2)
     return prof
 
 

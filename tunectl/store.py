@@ -96,7 +96,7 @@ class StudyStore:
         atomic_write(self.trial_dir(n) / "config.yaml", config_yaml)
 
     def write_level(self, n: int, lv: LevelResult) -> None:
-        write_json(self.trial_dir(n) / "levels" / f"{lv.workload}-c{lv.concurrency}.json", lv.to_dict())
+        write_json(self.trial_dir(n) / "levels" / f"{lv.workload}-{lv.load}.json", lv.to_dict())
 
     def write_log(self, n: int, text: str) -> None:
         atomic_write(self.trial_dir(n) / "server.log", redact.text(text))

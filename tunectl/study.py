@@ -321,7 +321,8 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
     if best_t is not None:
         measured = win.interval if win else fin.trial_interval(best_t)
         best = {"trial": best_t.number, "params": dict(best_t.params), "value": best_t.values[0],
-                "confirmed_value": win.score if win else None, "metric": prof.objective.metric,
+                "confirmed_value": win.score if win else None,
+                "metric": "capacity" if prof.objective.mode == "goodput" else prof.objective.metric,
                 "ci95": [measured.low, measured.high], "launches": measured.n,
                 "launch_spread": win.launch_spread if win else None,
                 "ties": fin.ties(verdicts, win) if win else [],

@@ -45,6 +45,8 @@ class TrialContext:
     store: StudyStore
     patcher: Any = None              # .ensure(patch_ids) -> {id: sha256}
     levels: list[int] | None = None  # overrides profile bench.levels (tunectl sweep --concurrency)
+    rates: list[float] | None = None  # overrides profile bench.rates (tunectl sweep --request-rate; [] = none)
+    capacity: bool = False           # the SLA capacity search instead of the ladder (goodput mode: always)
 
 
 def _emit(on_event: Event | None, kind: str, **data: Any) -> None:
@@ -136,10 +138,24 @@ def _measure(ctx: TrialContext, srv: lifecycle.Server, result: TrialResult, on_e
         store.write_log(result.trial, srv.tail())
         _emit(on_event, "level", level=lv.to_dict())
 
-    ladder = run_ladder(srv, ctx.levels or prof.bench.levels, prof.bench.workloads, on_level,
-                        on_event, should_prune)
+    if ctx.capacity or prof.objective.mode == "goodput":
+        ladder = _capacity(srv, result, on_level, on_event)
+    else:
+        ladder = run_ladder(srv, ctx.levels or prof.bench.levels, prof.bench.workloads, on_level,
+                            on_event, should_prune, rates=ctx.rates)
     if ladder.crash is not None:
         result.status, result.crash = _crash_status(ladder.crash), ladder.crash
         _emit(on_event, "crash", crash=ladder.crash.to_dict())
     else:
         result.status = "pruned" if ladder.pruned else "ok"
+
+
+def _capacity(srv: lifecycle.Server, result: TrialResult, on_level: Callable[[LevelResult], None],
+              on_event: Event | None) -> Any:
+    from tunectl.goodput import capacity_record
+    from tunectl.runners.server.capacity import run_capacity
+
+    obj = srv.prof.objective
+    ladder, br = run_capacity(srv, srv.prof.bench.workloads[0], on_level, on_event)
+    result.capacity = capacity_record(br, obj.capacity.by, obj.capacity.tolerance, obj.slo, obj.slo_attainment)
+    return ladder

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tunectl import knobs
-from tunectl.models import LevelResult, TrialResult
+import numpy as np
+
+from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile
 
 
@@ -28,6 +30,8 @@ class VirtualEvaluator:
 
         self.calls += 1
         flags, env, patches = knobs.merge(self.prof, params)
+        if self.prof.objective.mode == "goodput":
+            return self.capacity(n, params, role, flags, env, patches)
         wl = self.prof.bench.workloads[0]
         lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels, workload_kind=wl.kind,
                              input_len=wl.input_len, output_len=wl.output_len, seed=self.seed * 100003 + n,
@@ -55,6 +59,57 @@ class VirtualEvaluator:
                 break
         res.wall_s = lad.startup_s + sum(lv.duration_s for lv in res.levels)
         return res
+
+
+    def capacity(self, n: int, params: dict[str, Any], role: str, flags: dict[str, Any], env: dict[str, str],
+                 patches: list[str]) -> TrialResult:
+        """Goodput mode: the bracketing search of the live trial (runners/server/capacity.py) on the model, one
+        scheduler for all probes as on one launch; the same arrivals and prompts as the live client sends."""
+        from tunectl.goodput import bracket, capacity_record
+        from tunectl.sim.model import virtual_ladder
+        from tunectl.sim.sched import Scheduler
+
+        lad = virtual_ladder(self.card, flags, env, patches, levels=[])
+        res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual",
+                          ready_s=lad.startup_s)
+        if lad.startup_crash is not None:
+            res.status, res.crash = "crashed", read_log(lad).crash_info("startup", None, KILLED)
+            return res
+        sched, cap = Scheduler(lad.setup, self.seed * 100003 + n), self.prof.objective.capacity
+        obj = self.prof.objective
+        br = bracket(lambda load: virtual_probe(self.prof, sched, load, res), cap.start, cap.tolerance,
+                     cap.max_probes)
+        res.capacity = capacity_record(br, "rate", cap.tolerance, obj.slo, obj.slo_attainment)
+        res.wall_s = res.ready_s + sum(lv.duration_s for lv in res.levels)
+        return res
+
+
+def virtual_probe(prof: Profile, sched: Any, rate: float, res: TrialResult) -> Any:
+    """One open-loop level at `rate` on the model: its LevelResult joins `res`; a crash ends the search (None)."""
+    from tunectl.goodput import Probe, arrival_times, attainment_metrics, level_requests, meets
+    from tunectl.runners.clients.prompts import make_prompts
+    from tunectl.sim.openloop import open_level
+
+    w, b, obj = prof.bench.workloads[0], prof.bench, prof.objective
+    prompts = make_prompts(w, level_requests(rate, w.min_prompts, b.min_level_s), salt=int(rate * 1000))
+    offsets = arrival_times(len(prompts), rate, b.burstiness, seed=w.seed)
+    o = open_level(sched, [(t, p.input_len, p.output_len) for t, p in zip(offsets, prompts)], b.max_concurrency)
+    if o.crash is not None:
+        res.status = "crashed"
+        res.crash = CrashInfo(cls="load_crash", signature=o.crash.signature, phase="load", level=0,
+                              exception_line=o.crash.exception)
+        res.levels.append(LevelResult(0, "crashed", w.label, crash=res.crash, request_rate=rate))
+        return None
+    tpot = [(e - t) / max(1, k - 1) for t, e, k in zip(o.ttft_s, o.e2e_s, o.output_len)]
+    met = sum(meets(t * 1000, p * 1000, e * 1000, p * 1000, obj.slo) for t, p, e in zip(o.ttft_s, tpot, o.e2e_s))
+    ttft = sorted(o.ttft_s)
+    metrics = {"request_rate": rate, "completed": len(ttft), "duration": o.duration_s,
+               "output_throughput": sum(o.output_len) / max(o.duration_s, 1e-9),
+               "p99_ttft_ms": 1000 * float(np.percentile(ttft, 99)) if ttft else 0.0,
+               **attainment_metrics(met, len(prompts), o.duration_s)}
+    res.levels.append(LevelResult(0, "ok", w.label, metrics=metrics, completed=len(ttft),
+                                  duration_s=o.duration_s, request_rate=rate))
+    return Probe(rate, metrics["slo_attainment"] >= obj.slo_attainment, metrics["slo_attainment"])
 
 
 def recorded(evaluate: Callable[..., TrialResult], prof: Profile, store: Any) -> Callable[..., TrialResult]:

@@ -43,6 +43,17 @@ class Target:
     # base_url is relayed by this very process (an SSH port forward): a client here must not share its
     # interpreter (and its lock) with the relay's threads, so it streams from worker processes only
     relayed: bool = False
+    # the objective's SLO limits (profile objective.slo): a level reports slo_attainment and goodput against them
+    slo: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpenLoad:
+    """An open-loop level: requests at `rate` per (modeled) second, or a `kind: trace` workload's timestamps."""
+    rate: float | None = None             # None: the workload's trace
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    num_prompts: int = 0
 
 
 @dataclass
@@ -62,6 +73,7 @@ class LevelMetrics:
     client: dict[str, float] = field(default_factory=dict)
     steady: Steady | None = None          # the steady window's throughput and its 95% interval, when measured
     capped: bool = False                  # the level's time cap came before its interval was precise
+    sends: list[tuple[float, float]] = field(default_factory=list)  # open loop: (due, sent) wall s from its start
 
     @property
     def ok(self) -> bool:
@@ -76,4 +88,9 @@ class Client(Protocol):
                   progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
         """Run `num_prompts` requests of `workload` in `concurrency` closed-loop streams; never raises for a
         failed request or a dead server (those are counted in the result)."""
+        ...
+
+    def run_open(self, target: Target, workload: WorkloadSpec, load: OpenLoad, *,
+                 progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
+        """An open-loop level: requests sent on a schedule (a rate, or the workload's trace)."""
         ...

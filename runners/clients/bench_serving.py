@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunectl.profile import WorkloadSpec
-from tunectl.runners.clients.base import Abort, LevelMetrics, Progress, Target
+from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
 from tunectl.runners.hosts.base import LOOPBACK
 
 __all__ = ["CLIENT", "BenchServingClient", "BenchServingOutcome", "bench_serving_argv", "interpret", "parse_result_jsonl",
@@ -46,7 +46,9 @@ def _dataset_args(w: WorkloadSpec, num_prompts: int) -> list[str]:
 def bench_serving_argv(python: str, base_url: str | None, backend: str, model: str, tokenizer: str,
                        workload: WorkloadSpec, num_prompts: int, concurrency: int, output_file: str, seed: int, *,
                        host: str | None = None, port: int | None = None,
-                       module: str = "sglang.bench_serving") -> list[str]:
+                       module: str = "sglang.bench_serving", request_rate: float | None = None) -> list[str]:
+    """`request_rate` None: a closed loop of `concurrency` streams (`--request-rate inf`); else Poisson arrivals
+    at that rate (wall req/s), capped at `concurrency` in flight when it is > 0."""
     if base_url:
         target = ["--base-url", base_url]
     elif host and port:
@@ -55,7 +57,8 @@ def bench_serving_argv(python: str, base_url: str | None, backend: str, model: s
         raise ValueError("bench_serving_argv needs base_url or host and port")
     return [python, "-m", module, "--backend", backend, *target, "--model", model, "--tokenizer", tokenizer,
             *_dataset_args(workload, num_prompts), "--num-prompts", str(num_prompts),
-            "--max-concurrency", str(concurrency), "--request-rate", "inf",
+            *(["--max-concurrency", str(concurrency)] if concurrency > 0 else []),
+            "--request-rate", "inf" if request_rate is None else repr(float(request_rate)),
             "--warmup-requests", str(workload.warmup_requests), "--output-file", output_file,
             "--seed", str(seed), "--disable-tqdm"]
 
@@ -168,10 +171,12 @@ class BenchServingClient:
     streams_progress = False
 
     def run_level(self, target: Target, workload: WorkloadSpec, concurrency: int, num_prompts: int, *,
-                  progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
-        out_file = f"{target.out_dir}/bench-{workload.label}-c{concurrency}.jsonl"
+                  progress: Progress | None = None, abort: Abort = None, rate: float | None = None) -> LevelMetrics:
+        name = f"c{concurrency}" if rate is None else f"r{rate:.4g}"
+        out_file = f"{target.out_dir}/bench-{workload.label}-{name}.jsonl"
+        wall_rate = None if rate is None else rate / target.time_scale     # its clock is the wall's
         argv = bench_serving_argv(target.python, target.host_url, target.backend, target.model, target.tokenizer,
-                                  workload, num_prompts, concurrency, out_file, workload.seed)
+                                  workload, num_prompts, concurrency, out_file, workload.seed, request_rate=wall_rate)
         t0 = time.monotonic()
         env = {"HF_HUB_OFFLINE": "1", "no_proxy": LOOPBACK, "NO_PROXY": LOOPBACK}   # never the hub, never a proxy
         res = target.runner.run(argv, timeout=target.level_timeout_s, env=env)
@@ -179,9 +184,23 @@ class BenchServingClient:
         got = interpret(res.exit_code, res.stdout + res.stderr, result_text, num_prompts)
         metrics = _modeled({k: float(v) for k, v in got.metrics.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)}, target.time_scale)
+        if rate is not None and metrics:
+            metrics["request_rate"] = rate
         return LevelMetrics(concurrency, num_prompts, workload.label, metrics=metrics, completed=got.completed,
                             failed=num_prompts - got.completed, errors=_errors(got, res.stdout + res.stderr),
                             wall_s=time.monotonic() - t0, server_gone=got.status == "server_died")
+
+    def run_open(self, target: Target, workload: WorkloadSpec, load: OpenLoad, *,
+                 progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
+        """`--request-rate R` (Poisson: 0.5.9 has no --burstiness) and `--max-concurrency` when capped. A trace
+        workload or burstiness other than 1 is the built-in client's: a failed level saying so."""
+        why = ("replays a trace file only as its own mooncake dataset" if load.rate is None
+               else "0.5.9 has no --burstiness (Poisson arrivals only)" if load.burstiness != 1.0 else "")
+        if why:
+            return LevelMetrics(load.max_concurrency or 0, load.num_prompts, workload.label, failed=load.num_prompts,
+                                errors=[f"sglang.bench_serving {why}: use the builtin client for this level"])
+        return self.run_level(target, workload, load.max_concurrency or 0, load.num_prompts, progress=progress,
+                              abort=abort, rate=load.rate)
 
 
 def _errors(got: BenchServingOutcome, output: str) -> list[str]:

@@ -35,8 +35,8 @@ import numpy as np
 
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients._share import MAX_ERRORS, ShareResult, run_share
-from tunectl.runners.clients.base import Abort, LevelMetrics, Progress, Target
-from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics
+from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
+from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics, slo_metrics
 from tunectl.runners.clients.prompts import Prompt, PromptStream, make_prompts, warmup_prompts
 from tunectl.runners.clients.steady import Control, StopRule, steady, steady_window
 
@@ -62,7 +62,7 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
               time_scale: float = 1.0, request_timeout_s: float = 600.0,
               progress: Callable[[dict[str, Any]], None] | None = None,
               processes: int | Literal["auto"] = "auto", abort: Abort = None,
-              rule: StopRule | None = None, isolate: bool = False) -> LevelMetrics:
+              rule: StopRule | None = None, isolate: bool = False, slo: dict[str, float] | None = None) -> LevelMetrics:
     """Without `rule`: exactly `num_prompts` requests. With one: requests keep coming until the rule says the
     steady window is measured (at least `rule.min_prompts`), then the ones in flight finish. `isolate`: stream
     from worker processes even when one is enough (never in this process)."""
@@ -92,6 +92,10 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
         out.num_prompts = sum(len(s.records) for s in shares) or num_prompts
         out.capped = bool(control and control.capped)
     _merge(out, shares, time_scale)
+    if slo and out.metrics:
+        duration = out.metrics["duration"] * time_scale
+        out.metrics.update(slo_metrics([r for s in shares for r in s.records], slo, out.num_prompts, duration,
+                                       time_scale))
     out.wall_s = time.perf_counter() - wall0
     return out
 
@@ -178,7 +182,13 @@ class BuiltinClient:
         return run_level(target.base_url, concurrency, workload, num_prompts, backend=target.backend,
                          model=target.model, time_scale=target.time_scale,
                          request_timeout_s=target.request_timeout_s, progress=progress, abort=abort, rule=rule,
-                         isolate=target.relayed)
+                         isolate=target.relayed, slo=target.slo)
+
+    def run_open(self, target: Target, workload: WorkloadSpec, load: OpenLoad, *,
+                 progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:
+        from tunectl.runners.clients.openloop import run_open
+
+        return run_open(target, workload, load, progress=progress, abort=abort)
 
 
 CLIENT = BuiltinClient()

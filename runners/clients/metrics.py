@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tunectl.goodput import attainment_metrics, meets
+
 LATENCY_KEYS = ("e2e_latency", "ttft", "tpot", "itl")
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
 COUNT_KEYS = ("duration", "completed", "total_input_tokens", "total_input_text_tokens", "total_input_vision_tokens",
@@ -85,3 +87,13 @@ def compute_metrics(records: list[ReqRecord], duration_wall: float, time_scale: 
                     time_scale))
     m.update(_stats("itl", [x for r in ok for x in r.itl], time_scale))
     return m
+
+
+def slo_metrics(records: list[ReqRecord], slo: dict[str, float], planned: int, duration_wall: float,
+                time_scale: float) -> dict[str, float]:
+    """`slo_attainment` and `goodput` (tunectl.goodput): each request's own TTFT, TPOT, E2E latency and largest
+    inter-token gap against the limits, in modeled ms; failed requests never meet them."""
+    ms = 1000.0 / time_scale
+    met = sum(meets(r.ttft * ms, (r.latency - r.ttft) / max(1, r.output_len - 1) * ms, r.latency * ms,
+                    max(r.itl, default=0.0) * ms, slo) for r in records if r.success)
+    return attainment_metrics(met, planned, duration_wall / time_scale)

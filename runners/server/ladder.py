@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunectl.engines import engine
+from tunectl.goodput import level_requests
 from tunectl.models import CrashInfo, LevelResult
 from tunectl.profile import WorkloadSpec
 from tunectl.runners import clients
-from tunectl.runners.clients.base import Target
+from tunectl.runners.clients.base import OpenLoad, Target
 from tunectl.runners.clients.prompts import WARMUP_OUTPUT_LEN
 from tunectl.runners.server.lifecycle import POLL_S, Server, scaled, time_scale
 from tunectl.runners.server.witness import Pulse, Witness
+from tunectl.traces import load_trace
 
 HANG_FLOOR_S = 3.0        # never call a hang faster than this (wall seconds): scheduling noise on busy hosts
 
@@ -65,10 +67,19 @@ def _hang(server: Server, prog: _Progress, level: int, stalled_s: float) -> Cras
                      message="requests in flight and no tokens streamed: the server hangs")
 
 
-def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
+def open_load(server: Server, w: WorkloadSpec, rate: float | None) -> OpenLoad:
+    """A rate level (at least `min_prompts` requests and `bench.min_level_s` of arrivals), or a trace replay."""
+    b = server.prof.bench
+    n = len(load_trace(w.path or "").requests) if w.kind == "trace" else \
+        level_requests(rate or 0.0, w.min_prompts, b.min_level_s)
+    return OpenLoad(None if w.kind == "trace" else rate, b.burstiness, b.max_concurrency, n)
+
+
+def run_level(server: Server, w: WorkloadSpec, concurrency: int, load: OpenLoad | None = None) -> LevelResult:
+    """A closed-loop level of `concurrency` streams, or with `load` an open-loop one (a rate or a trace)."""
     prof = server.prof
     server.level = concurrency
-    n = num_prompts(w, concurrency)
+    n = load.num_prompts if load is not None else num_prompts(w, concurrency)
     abort = threading.Event()
     prog = _Progress()
     box: dict[str, Any] = {}
@@ -79,7 +90,8 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
 
     def client() -> None:
         try:
-            box["m"] = impl.run_level(target(server), w, concurrency, n, progress=prog, abort=abort)
+            box["m"] = impl.run_open(target(server), w, load, progress=prog, abort=abort) if load is not None \
+                else impl.run_level(target(server), w, concurrency, n, progress=prog, abort=abort)
         except Exception as e:  # noqa: BLE001 - the client's failure is evidence, not a crash of ours
             box["error"] = f"{type(e).__name__}: {e}"
 
@@ -91,6 +103,9 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int) -> LevelResult:
     crash = _watch(server, th, prog, abort, concurrency, t0)
     th.join(timeout=30)
     lv = _level_result(w, concurrency, box, crash, time.monotonic() - t0)
+    if load is not None:
+        lv.request_rate = load.rate if load.rate is not None else round(lv.metrics.get("request_rate", 0.0), 4)
+        lv.speedup = w.speedup if w.kind == "trace" else None
     if lv.status == "ok":
         lv.witness = _witness(server, wit, lv, w, impl.name == "builtin")
     if _lost_to_link(server, lv, epoch):
@@ -119,7 +134,8 @@ def target(server: Server) -> Target:
                   time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,
                   level_timeout_s=scaled(prof, prof.server.timeouts.level_s, slack=30.0),
                   precision=prof.bench.precision, min_level_s=prof.bench.min_level_s,
-                  max_level_s=prof.bench.max_level_s, relayed=getattr(server.runner, "relays_in_process", False))
+                  max_level_s=prof.bench.max_level_s, relayed=getattr(server.runner, "relays_in_process", False),
+                  slo=dict(prof.objective.slo))
 
 
 def _link_epoch(server: Server) -> int:
@@ -192,17 +208,34 @@ def _saturated(prev: LevelResult | None, lv: LevelResult, share: float | None) -
     return (lv.output_throughput - prev.output_throughput) / prev.output_throughput < share
 
 
+def _steps(server: Server, w: WorkloadSpec, levels: list[int], rates: list[float]) -> list[tuple[int, OpenLoad | None]]:
+    """A trace workload: one replay; else the rate levels when there are any, else the concurrency levels."""
+    if w.kind == "trace":
+        return [(0, open_load(server, w, None))]
+    if rates:
+        return [(server.prof.bench.max_concurrency or 0, open_load(server, w, r)) for r in rates]
+    return [(c, None) for c in levels]
+
+
+def level_start(w: WorkloadSpec, c: int, load: OpenLoad | None) -> dict[str, Any]:
+    """The `level_start` event: what the level sends (progress lines)."""
+    return {"workload": w.label, "concurrency": c, "num_prompts": load.num_prompts if load else num_prompts(w, c),
+            "request_rate": load.rate if load else None, "trace": w.kind == "trace"}
+
+
 def run_ladder(server: Server, levels: list[int], workloads: list[WorkloadSpec],
                on_level: Callable[[LevelResult], None] | None = None,
                on_event: Callable[[str, dict[str, Any]], None] | None = None,
-               should_prune: Callable[[LevelResult], bool] | None = None) -> Ladder:
+               should_prune: Callable[[LevelResult], bool] | None = None, rates: list[float] | None = None) -> Ladder:
+    """`rates` (or the profile's `bench.rates`): open-loop levels instead of the concurrency levels."""
     out = Ladder()
+    rates = server.prof.bench.rates if rates is None else rates
     for w in workloads:
         prev = None
-        for c in levels:
+        for c, load in _steps(server, w, levels, rates):
             if on_event:
-                on_event("level_start", {"workload": w.label, "concurrency": c, "num_prompts": num_prompts(w, c)})
-            lv = run_level(server, w, c)
+                on_event("level_start", level_start(w, c, load))
+            lv = run_level(server, w, c, load)
             out.levels.append(lv)
             if on_level:
                 on_level(lv)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients.base import OpenLoad
 from tunectl.runners.clients.bench_serving import (
     bench_serving_argv,
     interpret,
@@ -102,3 +103,24 @@ def test_partial_success_is_not_ok() -> None:
 def test_other_failures_are_errors() -> None:
     out = interpret(2, "sglang.bench_serving: error: argument --backend: invalid choice: 'x'\n", None)
     assert out.status == "error" and out.metrics == {}
+
+
+def test_rate_levels_pass_request_rate_and_the_cap_only_when_set() -> None:
+    flags = set(re.findall(r"(--[a-z][\w-]+)", HELP.read_text()))
+    argv = bench_serving_argv("python3", "http://127.0.0.1:30000", "sglang", "m", "tok", WorkloadSpec(), 80, 0,
+                              "o.jsonl", 7, request_rate=160.0)
+    pairs = dict(zip(argv[3::2], argv[4::2]))
+    assert pairs["--request-rate"] == "160.0" and "--max-concurrency" not in argv and "--burstiness" not in argv
+    assert {a for a in argv if a.startswith("--")} <= flags
+    argv = bench_serving_argv("python3", "http://127.0.0.1:30000", "sglang", "m", "tok", WorkloadSpec(), 80, 8,
+                              "o.jsonl", 7, request_rate=4.0)
+    assert dict(zip(argv[3::2], argv[4::2]))["--max-concurrency"] == "8"
+
+
+@pytest.mark.parametrize("load,why", [(OpenLoad(None, 1.0, None, 10), "trace"), (OpenLoad(4.0, 0.5, None, 10),
+                                                                                   "--burstiness")])
+def test_what_sglang_bench_serving_cannot_send_is_a_failed_level_saying_so(load: OpenLoad, why: str) -> None:
+    from tunectl.runners.clients.bench_serving import CLIENT
+
+    m = CLIENT.run_open(None, WorkloadSpec(), load)  # type: ignore[arg-type]   # nothing runs: no target needed
+    assert not m.ok and m.failed == 10 and why in m.errors[0] and "builtin" in m.errors[0]

@@ -90,3 +90,26 @@ def test_multi_objective_study_holds_throughput_and_p99_ttft(tmp_path: Path) -> 
                 and all(v <= 0 for v in t.constraints.values())]
     assert out.best is not None and out.best["value"] == max(t.values[0] for t in searched)
     assert out.finalists and out.finalists[0]["survived"]
+
+
+def test_goodput_mode_maximizes_the_capacity_at_the_slo(tmp_path: Path) -> None:
+    """Each config's value is the highest request rate its bracketing search passed (>= 99% of requests within
+    the SLO); the winner serves more within the SLO than the baseline, whatever its raw throughput."""
+    prof = make_profile(objective={"mode": "goodput", "slo": {"p99_ttft_ms": 2000.0}, "slo_attainment": 0.99},
+                        bench__min_level_s=10, search__finalists={"top_k": 1, "reruns": 1})
+    engine = Recording(prof)
+    out = run_search(prof, trials=10, root=tmp_path, evaluate=engine, seed=0)
+    trials = finished(out.storage, prof.name)
+    assert trials
+    for t in trials:
+        res = engine.results[t.number]
+        if res.status != "ok":
+            continue
+        cap = res.capacity
+        assert t.values[0] == cap["capacity"] and cap["low"] == cap["capacity"] and t.constraints["slo"] <= 0
+        passed = [lv for lv in res.levels if lv.metrics["slo_attainment"] >= 0.99]
+        assert t.values[0] == max(lv.request_rate for lv in passed)       # never a rate that missed the SLO
+        failed = [lv.request_rate for lv in res.levels if lv.metrics["slo_attainment"] < 0.99]
+        assert failed and min(failed) > t.values[0]                         # bracketed from above
+    base = next(t for t in trials if t.number == 0)
+    assert out.best is not None and out.best["metric"] == "capacity" and out.best["value"] > base.values[0]

@@ -24,7 +24,7 @@ def level_table(result: TrialResult) -> Table:
     style = {"ok": "green", "crashed": "bold red", "failed": "yellow", "pruned": "dim"}
     for lv in result.levels:
         m = lv.metrics
-        tab.add_row(lv.workload, str(lv.concurrency),
+        tab.add_row(lv.workload, str(lv.concurrency) if lv.load.startswith("c") else lv.load,
                     f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else ""),
                     steady_text(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
                     _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
@@ -34,6 +34,12 @@ def level_table(result: TrialResult) -> Table:
         notes.append("* the benchmark client was busy: the server may do better than measured")
     if any(lv.capped for lv in result.levels):
         notes.append("~ the level's time cap came before its interval was within bench.precision")
+    if any(lv.load[0] != "c" for lv in result.levels):
+        notes.append("rN: open-loop level at N requests/s; xN: trace replay at N x its pace")
+    for lv in result.levels:
+        if lv.metrics.get("late_requests"):
+            notes.append(f"{lv.workload} {lv.load}: {int(lv.metrics['late_requests'])} requests sent late "
+                         f"(max {lv.metrics['max_lateness_ms']:,.0f} ms, p99 {lv.metrics['p99_lateness_ms']:,.0f} ms)")
     if any(lv.witness.get("flag") for lv in result.levels):
         notes.append("! client and server disagree by more than 5% (see the level's witness)")
     tab.caption = "\n".join(notes) or None
@@ -47,6 +53,29 @@ def steady_text(lv: LevelResult) -> str:
     ci = lv.output_throughput_ci95
     text = _fmt(lv.metrics["steady_output_throughput"], 0) + (f" ({ci[0]:,.0f}-{ci[1]:,.0f})" if ci else "")
     return text + ("~" if lv.capped else "") + ("!" if lv.witness.get("flag") else "")
+
+
+def capacity_lines(result: TrialResult) -> list[str]:
+    """The capacity search's answer and the loads it tried, as lines (empty without one)."""
+    cap = result.capacity
+    if not cap:
+        return []
+    unit = "req/s" if cap["by"] == "rate" else "concurrent requests"
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in cap["slo"].items())
+    share = f"{cap['slo_attainment']:.0%}"
+    found = (f"{cap['capacity']:.4g} {unit}" if cap["capacity"] is not None else f"below {cap['high']:.4g} {unit}")
+    head = f"capacity: {found} with {slo} for >= {share} of requests"
+    if cap["low"] is not None and cap["high"] is not None:
+        head += f" (bracket {cap['low']:.4g}-{cap['high']:.4g}, tolerance {cap['tolerance']:.0%})"
+    elif cap["high"] is None and cap["capacity"] is not None:
+        head += " (never failed: the search ran out of probes)"
+    tried = ", ".join(f"{p[0]:.4g} {'pass' if p[1] else 'fail'} ({p[2]:.1%})" for p in cap["probes"])
+    return [head, f"  tried: {tried}"] + ([f"  stopped early: {cap['stopped']}"] if cap["stopped"] else [])
+
+
+def print_capacity(result: TrialResult) -> None:
+    for i, line in enumerate(capacity_lines(result)):
+        console.print(f"[bold]{line}[/]" if i == 0 else line, highlight=False, markup=i == 0, soft_wrap=True)
 
 
 def print_crash(result: TrialResult) -> None:
@@ -71,6 +100,10 @@ def progress_text(kind: str, data: dict[str, Any]) -> str | None:
     if kind == "ready":
         return f"ready after {data['ready_s']:.1f} s"
     if kind == "level_start":
+        if data.get("trace"):
+            return f"{data['workload']}: replaying {data['num_prompts']} requests"
+        if data.get("request_rate") is not None:
+            return f"{data['workload']} @ {data['request_rate']:g} req/s ({data['num_prompts']} requests)"
         return f"{data['workload']} @ concurrency {data['concurrency']} ({data['num_prompts']} requests)"
     if kind == "teardown":
         return "tearing down"

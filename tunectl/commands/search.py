@@ -128,6 +128,11 @@ def show(out: dict[str, Any], root: Path) -> None:
                       f"search trial {out['trials_to_best']})", highlight=False)
         console.print("  " + " ".join(f"{k}={v}" for k, v in best["params"].items()), highlight=False,
                       markup=False)
+        if best.get("metric") == "capacity":
+            value = best["confirmed_value"] if best.get("confirmed_value") is not None else best["value"]
+            console.print(f"[bold]objective (goodput)[/bold]: capacity {value:,.3g} at the SLO (req/s, or concurrency "
+                          f"with capacity.by: concurrency; mean of {best.get('launches') or 1} launches); the ladder "
+                          "below is its bracketing search", highlight=False)
         if best.get("ladder"):
             show_table(_ladder_table(best["ladder"]), keep=("workload", "status"))
         s = summary(data)["best"] or {}

@@ -20,7 +20,8 @@ import yaml
 from tunectl import redact
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
-from tunectl.commands._levels import launches_table, level_table, print_crash, progress_text, steady_text
+from tunectl.commands._levels import (launches_table, level_table, print_capacity, print_crash, progress_text,
+                                      steady_text)
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import ParamSpec, Profile
@@ -41,6 +42,56 @@ def parse_levels(text: str | None) -> list[int] | None:
     if not levels or levels[0] < 1:
         raise UsageError(f"--concurrency: {text!r}: expected comma-separated positive integers, e.g. 64,256,512")
     return levels
+
+
+def parse_rates(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        rates = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        rates = []
+    if not rates or rates[0] <= 0 or any(r != r or r == float("inf") for r in rates):
+        raise UsageError(f"--request-rate: {text!r}: expected comma-separated positive rates (req/s), e.g. 2,4,8,16")
+    return rates
+
+
+def parse_slo(items: list[str]) -> dict[str, float]:
+    """`["p99_ttft_ms=2000", ...]` -> objective.slo limits."""
+    from tunectl.profile import Objective
+
+    valid = sorted(Objective.model_fields["slo"].annotation.__args__[0].__args__)  # type: ignore[union-attr]
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if key.strip() not in valid or value <= 0:
+            raise UsageError(f"--slo {item!r}: expected KEY=MS with KEY one of {', '.join(valid)}, e.g. "
+                             "p99_ttft_ms=2000")
+        out[key.strip()] = value
+    return out
+
+
+def with_load(prof: Profile, burstiness: float | None, max_concurrency: int | None, slo: dict[str, float],
+              capacity: bool) -> Profile:
+    """The profile with the command line's open-loop and SLO settings."""
+    bench, obj = prof.bench.model_copy(), prof.objective.model_copy()
+    if burstiness is not None:
+        if burstiness <= 0:
+            raise UsageError(f"--burstiness: {burstiness}: expected a positive number (1 = Poisson)")
+        bench.burstiness = burstiness
+    if max_concurrency is not None:
+        if max_concurrency < 1:
+            raise UsageError(f"--max-concurrency: {max_concurrency}: expected a positive integer")
+        bench.max_concurrency = max_concurrency
+    obj.slo = {**obj.slo, **slo}
+    if capacity and not obj.slo:
+        raise UsageError(f"--capacity: {prof.source or 'the profile'} has no objective.slo limits; give them "
+                         "there or as --slo p99_ttft_ms=2000")
+    return prof.model_copy(update={"bench": bench, "objective": obj})
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -192,10 +243,22 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
                                                "(builtin,bench_serving: each level measured by each client)"),
           launches: int = typer.Option(1, "--launches", help="fresh launches of the configuration; with 2 or more, "
                                        "each level's launches are pooled into one 95% interval and their spread"),
+          request_rate: str | None = typer.Option(None, "--request-rate", "-r", help="open-loop levels: request "
+                                                  "rates (req/s), e.g. 2,4,8,16 (default: the profile's bench.rates)"),
+          burstiness: float | None = typer.Option(None, "--burstiness", help="1 = Poisson arrivals; below 1 "
+                                                  "burstier, above 1 more regular (gamma)"),
+          max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="cap on requests in flight "
+                                                     "at a rate level"),
+          capacity: bool = typer.Option(False, "--capacity", help="find the highest load meeting the SLO "
+                                        "(objective.slo, slo_attainment) by a bracketing search on one launch"),
+          slo: list[str] = typer.Option([], "--slo", help="KEY=MS: an SLO limit, e.g. p99_ttft_ms=2000"),
           root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
     """Launch one configuration and benchmark it at each concurrency level on that one launch."""
     prof = get_profile(profile)
-    levels = parse_levels(concurrency)
+    levels, rates = parse_levels(concurrency), parse_rates(request_rate)
+    if levels is not None and rates is None:
+        rates = []                                   # --concurrency: closed-loop levels, whatever bench.rates
+    prof = with_load(prof, burstiness, max_concurrency, parse_slo(slo), capacity)
     params = parse_sets(prof, set_)
     if client is not None:
         prof = with_clients(prof, client)
@@ -211,10 +274,11 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
     for i in range(launches):
         if launches > 1 and not as_json:
             console.print(f"[bold]launch {i + 1} of {launches}[/]")
-        result, store = _run(prof, params, levels, name, root, as_json)
+        result, store = _run(prof, params, (levels, rates, capacity), name, root, as_json)
         results.append(result)
         if not as_json:
             show_table(level_table(result), keep=("workload", "status"))
+            print_capacity(result)
             print_crash(result)
             console.print(f"results: {store.trial_dir(result.trial)} (trial.json, launch.json, config.yaml, "
                           f"levels/, server.log); wall {result.wall_s:.1f} s", highlight=False, markup=False,
@@ -233,8 +297,8 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
         sys.exit(1)
 
 
-def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: str, root: Path,
-         quiet: bool) -> tuple[TrialResult, StudyStore]:
+def _run(prof: Profile, params: dict[str, Any], load: tuple[list[int] | None, list[float] | None, bool], name: str,
+         root: Path, quiet: bool) -> tuple[TrialResult, StudyStore]:
     from tunectl.runners.checks.readiness import CONFIG_CHECKS
     from tunectl.study import make_runner, preflight
     from tunectl.trial import TrialContext, run_trial
@@ -250,10 +314,12 @@ def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: 
         runner.close()
         raise
     store = StudyStore(name, root)
+    levels, rates, capacity = load
     store.write_study({"kind": "sweep", "profile": redact.profile(prof), "params": params,
-                       "levels": levels or prof.bench.levels, "started_at": time.time()})
+                       "levels": levels or prof.bench.levels, "rates": prof.bench.rates if rates is None else rates,
+                       "capacity": capacity, "started_at": time.time()})
     n = len(store.trial_numbers())
-    ctx = TrialContext(prof, runner, store, levels=levels)
+    ctx = TrialContext(prof, runner, store, levels=levels, rates=rates, capacity=capacity)
     try:
         if quiet:
             return run_trial(ctx, n, params, "sweep"), store
@@ -264,7 +330,7 @@ def _run(prof: Profile, params: dict[str, Any], levels: list[int] | None, name: 
                     status.update(text)
                 if kind == "level":
                     lv = data["level"]
-                    console.print(f"  c={lv['concurrency']:<5} {lv['status']:<8} "
+                    console.print(f"  {LevelResult.from_dict(lv).load:<7} {lv['status']:<8} "
                                   f"{steady_text(LevelResult.from_dict(lv)):>22} tok/s steady, "
                                   f"{lv['metrics'].get('output_throughput', 0):,.1f} whole run", highlight=False)
             return run_trial(ctx, n, params, "sweep", on_event), store

@@ -1,0 +1,181 @@
+"""Open-loop levels for the built-in client: requests sent on a schedule, whatever the server's pace.
+
+`run_open(target, workload, load, *, progress=None, abort=None) -> LevelMetrics`
+
+- A rate level (`load.rate`): `load.num_prompts` requests of the workload at the offsets of
+  `tunectl.goodput.arrival_times` (Poisson, or gamma with `load.burstiness`), as `sglang.bench_serving
+  --request-rate R` sends them; `load.max_concurrency` caps the requests in flight (bench_serving's
+  `--max-concurrency` semaphore: a request waits for a slot, and its TTFT counts from when it is sent).
+- A trace level (`workload.kind == "trace"`): the trace's requests at its timestamps / `workload.speedup`
+  (`replay.py` builds the prompts; shared hash ids share tokens).
+
+Offsets are in the server's clock: modeled seconds, sent at `offset x target.time_scale` wall seconds after the
+level starts. Each request's send time is recorded beside its due time: the level reports `max_lateness_ms` and
+`p99_lateness_ms` (modeled ms, like every latency) and `late_requests`, the requests sent later than
+`max(LATE_FLOOR_MS wall, LATE_SHARE x their offset)`; any such request flags the level client_bound. The metric keys
+are `sglang.bench_serving`'s, with `request_rate` the rate asked for (a trace: its mean rate at the speed-up) and,
+when the target has SLO limits, `slo_attainment` and `goodput` (tunectl.goodput).
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from tunectl.goodput import arrival_times
+from tunectl.profile import WorkloadSpec
+from tunectl.runners.clients._share import MAX_ERRORS, _one, run_share
+from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
+from tunectl.runners.clients.builtin import _abort_fn, _start_reporter
+from tunectl.runners.clients.metrics import ReqRecord, compute_metrics, slo_metrics
+from tunectl.runners.clients.prompts import Prompt, make_prompts, warmup_prompts
+
+LATE_FLOOR_MS = 5.0       # wall: a request sent within this of its due time is on time ...
+LATE_SHARE = 0.01         # ... or within this share of its offset from the level's start
+
+
+@dataclass
+class Sent:
+    due: float                 # wall perf_counter seconds
+    rec: ReqRecord
+    sent: float = 0.0          # when the client handed it over (before a max_concurrency slot)
+
+
+@dataclass
+class OpenRun:
+    t0: float = 0.0
+    t_end: float = 0.0
+    sent: list[Sent] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    aborted: bool = False
+    server_gone: bool = False
+
+
+def schedule(workload: WorkloadSpec, load: OpenLoad) -> list[tuple[float, Prompt]]:
+    """(offset in modeled seconds, prompt) for every request of the level."""
+    if workload.kind == "trace":
+        from tunectl.runners.clients.replay import trace_schedule
+
+        return trace_schedule(workload)
+    rate = float(load.rate or 0.0)
+    prompts = make_prompts(workload, load.num_prompts, salt=int(rate * 1000))
+    offsets = arrival_times(len(prompts), rate, load.burstiness, seed=workload.seed)
+    return list(zip(offsets, prompts))
+
+
+async def drive(target: Target, plan: list[tuple[float, Prompt]], cap: int | None, should_abort: Callable[[], bool],
+                 counters: list[int]) -> OpenRun:
+    run, base = OpenRun(), target.base_url.rstrip("/")
+    slots = asyncio.Semaphore(cap) if cap else None
+
+    async def send(s: Sent, p: Prompt, session: aiohttp.ClientSession) -> None:
+        s.sent = time.perf_counter()
+        counters[3] += 1
+        try:
+            if slots is None:
+                await _one(session, base, target.backend, target.model, p, s.rec, counters)
+            else:
+                async with slots:
+                    await _one(session, base, target.backend, target.model, p, s.rec, counters)
+        except aiohttp.ClientConnectorError as e:
+            s.rec.error, run.server_gone = f"connection refused: {e}", True
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            s.rec.error = f"{type(e).__name__}: {e}"[:300]
+        counters[0 if s.rec.success else 1] += 1
+
+    conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
+    timeout = aiohttp.ClientTimeout(total=target.request_timeout_s)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout, read_bufsize=1 << 20) as session:
+        tasks: list[asyncio.Task[None]] = []
+        run.t0 = time.perf_counter()
+        for offset, p in plan:
+            due = run.t0 + offset * target.time_scale
+            while (delay := due - time.perf_counter()) > 0 and not should_abort():
+                await asyncio.sleep(min(delay, 0.1))
+            if should_abort() or run.server_gone:
+                run.aborted = should_abort()
+                break
+            s = Sent(due, ReqRecord(input_len=p.input_len))
+            run.sent.append(s)
+            tasks.append(asyncio.create_task(send(s, p, session)))
+        while tasks and not all(t.done() for t in tasks):
+            await asyncio.sleep(0.01)
+            if should_abort():
+                run.aborted = True
+                for t in tasks:
+                    t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        run.t_end = time.perf_counter()
+    for s in run.sent:
+        if not s.rec.success and not s.rec.error:
+            s.rec.error = "aborted"
+        if s.rec.error and len(run.errors) < MAX_ERRORS:
+            run.errors.append(s.rec.error)
+    return run
+
+
+def lateness(run: OpenRun, scale: float) -> dict[str, float]:
+    """How late each request was sent: max and p99 in modeled ms, and the count beyond the wall tolerance."""
+    if not run.sent:
+        return {}
+    late = np.array([max(0.0, s.sent - s.due) for s in run.sent])
+    allowed = np.array([max(LATE_FLOOR_MS / 1000, LATE_SHARE * (s.due - run.t0)) for s in run.sent])
+    return {"max_lateness_ms": float(late.max()) * 1000 / scale,
+            "p99_lateness_ms": float(np.percentile(late, 99)) * 1000 / scale,
+            "late_requests": int((late > allowed).sum())}
+
+
+def offered_rate(workload: WorkloadSpec, load: OpenLoad, plan: list[tuple[float, Prompt]]) -> float:
+    if workload.kind != "trace":
+        return float(load.rate or 0.0)
+    span = plan[-1][0] if plan else 0.0
+    return (len(plan) - 1) / span if span > 0 else 0.0
+
+
+def run_open(target: Target, workload: WorkloadSpec, load: OpenLoad, *, progress: Progress | None = None,
+             abort: Abort = None) -> LevelMetrics:
+    should_abort = _abort_fn(abort)
+    plan = schedule(workload, load)
+    out = LevelMetrics(load.max_concurrency or 0, len(plan), workload.label, processes=1)
+    wall0, counters = time.perf_counter(), [0, 0, 0, 0]
+    warm = asyncio.run(run_share(target.base_url, target.backend, target.model, warmup_prompts(workload), 1,
+                                 target.request_timeout_s, should_abort))
+    if warm.server_gone or should_abort() or any(not r.success for r in warm.records):
+        out.failed, out.errors = len(plan), ["warmup: " + e for e in warm.errors] or ["aborted"]
+        out.aborted, out.server_gone = should_abort(), warm.server_gone
+        return out
+    stop = threading.Event()
+    reporter = _start_reporter(progress, lambda: counters, len(plan), stop)
+    try:
+        run = asyncio.run(drive(target, plan, load.max_concurrency, should_abort, counters))
+    finally:
+        stop.set()
+        if reporter:
+            reporter.join()
+    _fill(out, run, target, offered_rate(workload, load, plan), load)
+    out.wall_s = time.perf_counter() - wall0
+    return out
+
+
+def _fill(out: LevelMetrics, run: OpenRun, target: Target, rate: float, load: OpenLoad) -> None:
+    records = [s.rec for s in run.sent]
+    scale = target.time_scale
+    out.completed = sum(r.success for r in records)
+    out.failed = out.num_prompts - out.completed
+    out.errors, out.aborted, out.server_gone = run.errors, run.aborted, run.server_gone
+    if records:
+        duration = run.t_end - run.t0
+        out.metrics = compute_metrics(records, duration, scale, load.max_concurrency or 0)
+        out.metrics.update(request_rate=rate, burstiness=load.burstiness, **lateness(run, scale))
+        if target.slo:
+            out.metrics.update(slo_metrics(records, target.slo, out.num_prompts, duration, scale))
+    late = int(out.metrics.get("late_requests", 0))
+    out.client = {"late_requests": late, "processes": 1}
+    out.client_bound = late > 0
+    out.sends = [(s.due - run.t0, s.sent - run.t0) for s in run.sent]

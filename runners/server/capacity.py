@@ -1,0 +1,51 @@
+"""SLA capacity on one launch: the highest load at which the objective's SLO holds for its share of requests.
+
+`run_capacity(server, workload, on_level=None, on_event=None) -> (Ladder, Bracket)`: `tunectl.goodput.bracket`
+over open-loop request rates (`objective.capacity.by: rate`) or closed-loop concurrency levels (`by:
+concurrency`), each probe one level of the ladder (`ladder.run_level`), passed when its `slo_attainment` is at
+least `objective.slo_attainment`. A crash ends the search (the ladder carries it); a level that failed requests
+fails its probe (a failed request never meets the SLO). A probe that failed while the client could not send on
+schedule (client_bound: requests sent late bunch into bursts the load does not have) is run again, at most
+`LATE_RETRIES` times: the verdict is the last run's, every run is a level of the ladder.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tunectl.goodput import Bracket, Probe, bracket
+from tunectl.models import LevelResult
+from tunectl.profile import WorkloadSpec
+from tunectl.runners.server.ladder import Ladder, level_start, open_load, run_level
+from tunectl.runners.server.lifecycle import Server
+
+
+LATE_RETRIES = 2
+
+
+def run_capacity(server: Server, w: WorkloadSpec, on_level: Callable[[LevelResult], None] | None = None,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> tuple[Ladder, Bracket]:
+    obj = server.prof.objective
+    cap, by = obj.capacity, obj.capacity.by
+    out = Ladder()
+
+    def probe(load: float) -> Probe | None:
+        c = int(load) if by == "concurrency" else server.prof.bench.max_concurrency or 0
+        ol = open_load(server, w, load) if by == "rate" else None
+        for _ in range(1 + LATE_RETRIES):
+            if on_event:
+                on_event("level_start", level_start(w, c, ol))
+            lv = run_level(server, w, c, ol)
+            out.levels.append(lv)
+            if on_level:
+                on_level(lv)
+            if lv.crash is not None:
+                out.crash = lv.crash
+                return None
+            got = float(lv.metrics.get("slo_attainment", 0.0))
+            passed = lv.status == "ok" and got >= obj.slo_attainment
+            if passed or not lv.client_bound:
+                break
+        return Probe(load, passed, got)
+
+    return out, bracket(probe, cap.start, cap.tolerance, cap.max_probes, integer=by == "concurrency")

@@ -1,0 +1,59 @@
+"""`tunectl sweep --capacity` on the embedded default (the stand-in): the capacity found on one launch is within
+one bracketing step of the true capacity of the stand-in's model at that SLO, found on the virtual model (the
+same scheduler, arrivals and prompts) by a bisection ten times finer.
+
+The stand-in runs at time scale 0.1 here (the default's 0.025 turns a 50 ms stall of a loaded test host into 2 s
+of modeled latency, the SLO itself); the model and the SLO are the default's."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers.ports import free_port
+from tunectl.profile import default_profile_path, load_profile
+from tunectl.virtual import VirtualEvaluator
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+SLO_MS = 2000.0
+
+
+def true_capacity(profile: Path, tolerance: float) -> float:
+    prof = load_profile(profile, {"objective.mode": "goodput", "objective.slo": {"p99_ttft_ms": SLO_MS},
+                                  "objective.capacity.tolerance": tolerance, "objective.capacity.max_probes": 60})
+    res = VirtualEvaluator(prof)(0, {}, "sweep")
+    assert res.status == "ok" and res.capacity and res.capacity["high"] is not None
+    return float(res.capacity["capacity"])
+
+
+def test_sweep_capacity_is_within_one_bracketing_step_of_the_model(tmp_path: Path) -> None:
+    data = yaml.safe_load(default_profile_path().read_text())
+    data["server"]["port"] = free_port()
+    data["host"] = {"kind": "local", "workdir": str(tmp_path / "host")}
+    data["server"]["sim"]["time_scale"] = 0.1
+    profile = tmp_path / "sim-glm5.yaml"
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = subprocess.run([sys.executable, "-m", "tunectl", "sweep", "-p", str(profile), "--capacity",
+                          "--slo", f"p99_ttft_ms={SLO_MS:g}", "--study", "cap", "--results", str(tmp_path / "r")],
+                         cwd=ROOT, env={**os.environ, "COLUMNS": "60"}, capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    trial = json.loads((tmp_path / "r" / "cap" / "trials" / "0" / "trial.json").read_text())
+    cap = trial["capacity"]
+    assert trial["status"] == "ok" and cap["by"] == "rate" and cap["stopped"] == "" and cap["high"] is not None
+    assert cap["high"] / cap["low"] - 1 <= cap["tolerance"] + 1e-9
+    # printed: the capacity with its SLO, then every rate tried; one level file per probe
+    out = " ".join(res.stdout.split())
+    assert f"capacity: {cap['capacity']:.4g} req/s with p99_ttft_ms <= 2000 for >= 99% of requests" in out
+    assert out.count(" pass (") + out.count(" fail (") == len(cap["probes"])
+    rates = {lv["request_rate"] for lv in trial["levels"]}       # a late client's failed probe may run again
+    assert rates == {p[0] for p in cap["probes"]} and len(trial["levels"]) >= len(cap["probes"])
+    step = 1 + cap["tolerance"]
+    truth = true_capacity(profile, cap["tolerance"] / 10)
+    assert cap["low"] / step <= truth <= cap["high"] * step, (cap, truth)

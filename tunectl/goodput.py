@@ -1,0 +1,129 @@
+"""Open-loop arrivals, SLO attainment and the capacity search: one definition for the live client and the
+virtual model.
+
+- `arrival_times(n, rate, burstiness, seed)`: send offsets in seconds, as `sglang.bench_serving --request-rate R`
+  sends them (the first request at 0, then a gap after each: exponential with mean 1/R, i.e. Poisson arrivals),
+  or gamma gaps with shape `burstiness` and the same mean 1/R when burstiness != 1 (vLLM's `--burstiness`; SGLang
+  0.5.9's bench_serving has no such flag): the gaps' coefficient of variation is 1/sqrt(burstiness).
+- `meets(ttft_ms, tpot_ms, e2e_ms, itl_ms, slo)`: one request against the objective's `slo` limits. A limit
+  named after a percentile or a median (`p99_ttft_ms`, `median_tpot_ms`) is read as the request's own value:
+  attainment is the share of requests within every limit (a failed request never is).
+- `bracket(probe, start, tolerance, max_probes, integer)`: the highest load at which `probe(load)` passes. From
+  `start`, doubles until a probe fails (or halves until one passes), then bisects between the last pass and the
+  first fail until hi/lo - 1 <= tolerance. Returns the probes in the order tried.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tunectl.models import LevelResult
+
+SLO_METRIC = {"ttft": 0, "tpot": 1, "e2e_latency": 2, "itl": 3}
+
+
+def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+    if n <= 0:
+        return []
+    if math.isinf(rate):
+        return [0.0] * n
+    rng = np.random.default_rng(seed)
+    if burstiness == 1.0:
+        gaps = rng.exponential(1.0 / rate, n - 1)
+    else:
+        gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n - 1)
+    return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def slo_metric(key: str) -> str:
+    """`p99_ttft_ms` -> `ttft`; `median_tpot_ms` -> `tpot`; `p99_e2e_latency_ms` -> `e2e_latency`."""
+    return key.split("_", 1)[1].removesuffix("_ms")
+
+
+def meets(ttft_ms: float, tpot_ms: float, e2e_ms: float, itl_ms: float, slo: dict[str, float]) -> bool:
+    values = (ttft_ms, tpot_ms, e2e_ms, itl_ms)
+    return all(values[SLO_METRIC[slo_metric(k)]] <= limit for k, limit in slo.items())
+
+
+def attainment_metrics(met: int, planned: int, duration_s: float) -> dict[str, float]:
+    """`slo_attainment` (share of the planned requests within every limit) and `goodput` (those per second)."""
+    return {"slo_attainment": met / planned if planned else 0.0, "goodput": met / max(duration_s, 1e-9)}
+
+
+@dataclass
+class Probe:
+    load: float
+    passed: bool
+    attainment: float
+
+
+@dataclass
+class Bracket:
+    capacity: float | None                       # the highest load that passed; None: not even the lowest
+    probes: list[Probe] = field(default_factory=list)
+    low: float | None = None                     # the final bracket: passed at low, failed at high
+    high: float | None = None
+    stopped: str = ""                            # why it ended before the tolerance ("max_probes", "crash", ...)
+
+
+def _mid(lo: float, hi: float, integer: bool) -> float:
+    if integer:
+        return float((int(lo) + int(hi)) // 2)
+    mid = float(f"{math.sqrt(lo * hi):.3g}")          # 3 digits: readable rates
+    return mid if lo < mid < hi else math.sqrt(lo * hi)
+
+
+def bracket(probe: Callable[[float], Probe | None], start: float, tolerance: float, max_probes: int,
+            integer: bool = False) -> Bracket:
+    """`probe` returns None when the search must stop (the server crashed): the bracket so far is the answer."""
+    out = Bracket(None)
+    lo: float | None = None
+    hi: float | None = None
+    load = float(max(1, round(start))) if integer else start
+    while len(out.probes) < max_probes:
+        p = probe(load)
+        if p is None:
+            out.stopped = "crash"
+            break
+        out.probes.append(p)
+        lo, hi = (load, hi) if p.passed else (lo, load)
+        if lo is not None and hi is not None:
+            if hi / lo - 1 <= tolerance or (integer and hi - lo <= 1):
+                break
+            load = _mid(lo, hi, integer)
+        elif lo is not None:
+            load = lo * 2
+        elif integer and hi is not None and hi <= 1:
+            break
+        else:
+            load = max(1.0, float(int(load) // 2)) if integer else load / 2
+    else:
+        out.stopped = "max_probes"
+    out.capacity, out.low, out.high = lo, lo, hi
+    return out
+
+
+def capacity_record(br: Bracket, by: str, tolerance: float, slo: dict[str, float], share: float) -> dict[str, object]:
+    """What a trial keeps of its capacity search (TrialResult.capacity)."""
+    return {"by": by, "capacity": br.capacity, "low": br.low, "high": br.high, "tolerance": tolerance,
+            "slo": dict(slo), "slo_attainment": share, "stopped": br.stopped,
+            "probes": [[p.load, p.passed, round(p.attainment, 4)] for p in br.probes]}
+
+
+def level_requests(rate: float, min_prompts: int, min_level_s: float) -> int:
+    """Requests in a rate level: at least `min_prompts`, and `min_level_s` (modeled) seconds of arrivals."""
+    return max(min_prompts, math.ceil(rate * min_level_s))
+
+
+def level_load(lv: LevelResult, by: str) -> float:
+    return float(lv.request_rate or 0.0) if by == "rate" else float(lv.concurrency)
+
+
+def capacity_of(levels: list[LevelResult], share: float, by: str = "rate") -> LevelResult | None:
+    """The level with the highest load whose SLO attainment is at least `share` (what a bracket ends on)."""
+    ok = [lv for lv in levels if lv.metrics.get("slo_attainment", 0.0) >= share and lv.status == "ok"
+          and (by != "rate" or lv.request_rate is not None)]
+    return max(ok, key=lambda lv: level_load(lv, by), default=None)
