@@ -74,9 +74,9 @@ def test_bracket_by_concurrency_bisects_integers() -> None:
 def test_a_crash_or_the_probe_budget_stops_the_bracket() -> None:
     calls: list[float] = []
 
-    def crashes_at_8(load: float) -> Probe | None:
+    def crashes_at_8(load: float) -> Probe:
         calls.append(load)
-        return None if load >= 8 else Probe(load, True, 1.0)
+        return Probe(load, False, 0.0, stop="crash") if load >= 8 else Probe(load, True, 1.0)
     br = bracket(crashes_at_8, 1.0, 0.1, 20)
     assert br.stopped == "crash" and br.capacity == 4.0 and br.high is None
     br = bracket(_threshold(1e9, []), 1.0, 0.1, 5)

@@ -58,6 +58,7 @@ class Probe:
     load: float
     passed: bool
     attainment: float
+    stop: str = ""                 # the probe decides nothing and ends the search (why: "crash", "client_bound")
 
 
 @dataclass
@@ -76,17 +77,18 @@ def _mid(lo: float, hi: float, integer: bool) -> float:
     return mid if lo < mid < hi else math.sqrt(lo * hi)
 
 
-def bracket(probe: Callable[[float], Probe | None], start: float, tolerance: float, max_probes: int,
+def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max_probes: int,
             integer: bool = False) -> Bracket:
-    """`probe` returns None when the search must stop (the server crashed): the bracket so far is the answer."""
+    """A probe with `stop` set ends the search (the server crashed, the client could not send the load): the
+    bracket so far is the answer."""
     out = Bracket(None)
     lo: float | None = None
     hi: float | None = None
     load = float(max(1, round(start))) if integer else start
     while len(out.probes) < max_probes:
         p = probe(load)
-        if p is None:
-            out.stopped = "crash"
+        if p.stop:
+            out.stopped = p.stop
             break
         out.probes.append(p)
         lo, hi = (load, hi) if p.passed else (lo, load)

@@ -69,6 +69,11 @@ class VirtualEvaluator:
         from tunectl.sim.model import virtual_ladder
         from tunectl.sim.sched import Scheduler
 
+        if self.prof.objective.capacity.by != "rate":
+            from tunectl.errors import UsageError
+
+            raise UsageError("objective.capacity.by: 'concurrency' is searched on live launches only; the virtual "
+                             "model brackets request rates (by: rate)")
         lad = virtual_ladder(self.card, flags, env, patches, levels=[])
         res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual",
                           ready_s=lad.startup_s)
@@ -85,7 +90,7 @@ class VirtualEvaluator:
 
 
 def virtual_probe(prof: Profile, sched: Any, rate: float, res: TrialResult) -> Any:
-    """One open-loop level at `rate` on the model: its LevelResult joins `res`; a crash ends the search (None)."""
+    """One open-loop level at `rate` on the model: its LevelResult joins `res`; a crash ends the search."""
     from tunectl.goodput import Probe, arrival_times, attainment_metrics, level_requests, meets
     from tunectl.runners.clients.prompts import make_prompts
     from tunectl.sim.openloop import open_level
@@ -99,7 +104,7 @@ def virtual_probe(prof: Profile, sched: Any, rate: float, res: TrialResult) -> A
         res.crash = CrashInfo(cls="load_crash", signature=o.crash.signature, phase="load", level=0,
                               exception_line=o.crash.exception)
         res.levels.append(LevelResult(0, "crashed", w.label, crash=res.crash, request_rate=rate))
-        return None
+        return Probe(rate, False, 0.0, stop="crash")
     tpot = [(e - t) / max(1, k - 1) for t, e, k in zip(o.ttft_s, o.e2e_s, o.output_len)]
     met = sum(meets(t * 1000, p * 1000, e * 1000, p * 1000, obj.slo) for t, p, e in zip(o.ttft_s, tpot, o.e2e_s))
     ttft = sorted(o.ttft_s)

@@ -4,9 +4,13 @@
 over open-loop request rates (`objective.capacity.by: rate`) or closed-loop concurrency levels (`by:
 concurrency`), each probe one level of the ladder (`ladder.run_level`), passed when its `slo_attainment` is at
 least `objective.slo_attainment`. A crash ends the search (the ladder carries it); a level that failed requests
-fails its probe (a failed request never meets the SLO). A probe that failed while the client could not send on
-schedule (client_bound: requests sent late bunch into bursts the load does not have) is run again, at most
-`LATE_RETRIES` times: the verdict is the last run's, every run is a level of the ladder.
+fails its probe (a failed request never meets the SLO).
+
+The client must send the load it is asked for. A probe that failed while the client sent late (client_bound:
+late requests bunch into bursts the load does not have), or whose p99 lateness exceeds `tolerance` x the level's
+span of arrivals (the client could not keep the rate), is run again, at most `LATE_RETRIES` times; if it still
+did, the search stops there (`stopped: client_bound`): the capacity is at least the last pass, and this host's
+client cannot tell more. Every run is a level of the ladder.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ def run_capacity(server: Server, w: WorkloadSpec, on_level: Callable[[LevelResul
     def probe(load: float) -> Probe | None:
         c = int(load) if by == "concurrency" else server.prof.bench.max_concurrency or 0
         ol = open_load(server, w, load) if by == "rate" else None
+        passed, got, late = False, 0.0, False
         for _ in range(1 + LATE_RETRIES):
             if on_event:
                 on_event("level_start", level_start(w, c, ol))
@@ -41,11 +46,20 @@ def run_capacity(server: Server, w: WorkloadSpec, on_level: Callable[[LevelResul
                 on_level(lv)
             if lv.crash is not None:
                 out.crash = lv.crash
-                return None
+                return Probe(load, False, 0.0, stop="crash")
             got = float(lv.metrics.get("slo_attainment", 0.0))
             passed = lv.status == "ok" and got >= obj.slo_attainment
-            if passed or not lv.client_bound:
+            late = _undelivered(lv, cap.tolerance) or (lv.client_bound and not passed)
+            if not late:
                 break
-        return Probe(load, passed, got)
+        return Probe(load, passed, got, stop="client_bound" if late else "")
 
     return out, bracket(probe, cap.start, cap.tolerance, cap.max_probes, integer=by == "concurrency")
+
+
+def _undelivered(lv: LevelResult, tolerance: float) -> bool:
+    """The client's p99 lateness is more than `tolerance` of the level's arrival span: the rate was not sent."""
+    rate, n = lv.request_rate, lv.completed + lv.failed_requests
+    if not rate or n < 2:
+        return False
+    return lv.metrics.get("p99_lateness_ms", 0.0) / 1000 > tolerance * (n - 1) / rate

@@ -63,14 +63,19 @@ def capacity_lines(result: TrialResult) -> list[str]:
     unit = "req/s" if cap["by"] == "rate" else "concurrent requests"
     slo = ", ".join(f"{k} <= {v:g}" for k, v in cap["slo"].items())
     share = f"{cap['slo_attainment']:.0%}"
-    found = (f"{cap['capacity']:.4g} {unit}" if cap["capacity"] is not None else f"below {cap['high']:.4g} {unit}")
+    if cap["capacity"] is None:
+        found = f"below {cap['high']:.4g} {unit}" if cap["high"] is not None else "not found"
+    else:
+        found = ("at least " if cap["stopped"] or cap["high"] is None else "") + f"{cap['capacity']:.4g} {unit}"
     head = f"capacity: {found} with {slo} for >= {share} of requests"
     if cap["low"] is not None and cap["high"] is not None:
         head += f" (bracket {cap['low']:.4g}-{cap['high']:.4g}, tolerance {cap['tolerance']:.0%})"
-    elif cap["high"] is None and cap["capacity"] is not None:
-        head += " (never failed: the search ran out of probes)"
     tried = ", ".join(f"{p[0]:.4g} {'pass' if p[1] else 'fail'} ({p[2]:.1%})" for p in cap["probes"])
-    return [head, f"  tried: {tried}"] + ([f"  stopped early: {cap['stopped']}"] if cap["stopped"] else [])
+    why = {"crash": "the server crashed", "max_probes": "objective.capacity.max_probes reached",
+           "client_bound": "the client could not send the next load on schedule on this host (a faster host, more "
+                           "cores, or a larger stand-in time scale measures further)"}
+    return [head, f"  tried: {tried}"] + ([f"  stopped early: {why.get(cap['stopped'], cap['stopped'])}"]
+                                         if cap["stopped"] else [])
 
 
 def print_capacity(result: TrialResult) -> None:
