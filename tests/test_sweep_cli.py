@@ -1,6 +1,8 @@
 """`tunectl sweep` end to end on the embedded default profile (the stand-in), as a user runs it."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import json
 import re
 import shlex
@@ -258,20 +260,17 @@ def test_the_hosts_trial_directory_is_removed_after_a_clean_teardown(env):
     assert "ready to roll" in (Path(doc["results_dir"]) / "server.log").read_text()   # the log was kept
 
 
-def test_sigterm_during_a_level_tears_the_server_down_like_ctrl_c(env):
-    """A job scheduler's stop or `timeout` sends SIGTERM to tunectl alone (not its process group): the server it
-    started must not be left running on the host (seen on a real GPU host: the next launch found port and GPU held)."""
-    import os
-    import signal
+def _sweep_until(env, study: str, levels: str, ready: Callable[[str], bool]):
+    """Start `tunectl sweep` in its own session; return it once the server's log satisfies `ready`, with the
+    launch record and the server's handle."""
     import time
 
     from tunectl.runners.hosts.base import ProcHandle
-    from tunectl.runners.hosts.local import LocalRunner
 
     cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(env["profile"]), "--results", str(env["results"]),
-           "-c", "64,256", "--study", "sigterm"]
+           "-c", levels, "--study", study]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    trial = env["results"] / "sigterm" / "trials" / "0"
+    trial = env["results"] / study / "trials" / "0"
     deadline = time.monotonic() + 180
     while not (trial / "launch.json").is_file():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -279,12 +278,51 @@ def test_sigterm_during_a_level_tears_the_server_down_like_ctrl_c(env):
     launch = json.loads((trial / "launch.json").read_text())
     handle = ProcHandle.for_dir(launch["run_id"], launch["trial_dir"])
     log = Path(handle.log_path)
-    while not log.is_file() or _in_flight(log.read_text(errors="replace")) == 0:    # a level is under way
+    while not log.is_file() or not ready(log.read_text(errors="replace")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    return proc, launch, handle
+
+
+def test_sigterm_during_a_level_tears_the_server_down_like_ctrl_c(env):
+    """A job scheduler's stop or `timeout` sends SIGTERM to tunectl alone (not its process group): the server it
+    started must not be left running on the host (seen on a real GPU host: the next launch found port and GPU held)."""
+    import os
+    import signal
+
+    from tunectl.runners.hosts.local import LocalRunner
+
+    proc, _, handle = _sweep_until(env, "sigterm", "64,256", lambda log: _in_flight(log) > 0)   # a level under way
+    trial = env["results"] / "sigterm" / "trials" / "0"
     os.kill(proc.pid, signal.SIGTERM)                       # tunectl alone, as `kill PID` or systemd does
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and "terminated (SIGTERM)" in err, err
     assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down
     assert json.loads((trial / "trial.json").read_text())["params"] == {}     # the trial record was kept
+
+
+def test_a_server_left_by_a_killed_tunectl_is_found_and_stopped_by_check(env):
+    """kill -9 of tunectl leaves its server running (nothing can tear it down); `tunectl check` names it and
+    `--stop-leftovers` stops it by its recorded process group."""
+    import os
+    import signal
+
+    from tunectl.runners.hosts.local import LocalRunner
+
+    proc, launch, handle = _sweep_until(env, "killed", "64", lambda log: "ready to roll" in log)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert LocalRunner().group_processes(handle)                        # the stand-in outlived tunectl
+
+    def check(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tunectl", "check", "-p", str(env["profile"]), *args],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
+
+    before = check()
+    assert before.returncode == 1 and launch["run_id"] in before.stdout, before.stdout
+    after = check("--stop-leftovers", "--yes")
+    assert f"run {launch['run_id']}) stopped" in after.stdout, after.stdout + after.stderr
+    assert LocalRunner().group_processes(handle) == []
+    assert "port" not in after.stdout.splitlines()[-1]                  # its port is free again
+    assert launch["run_id"] not in after.stdout.split("tunectl check", 1)[1]     # not among the leftovers now

@@ -3,6 +3,7 @@ and by `tunectl check`; a dirty host raises HostDirtyError with the evidence, ne
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tunectl.errors import HostDirtyError, RunnerError
-from tunectl.runners.hosts.base import Runner
+from tunectl.runners.hosts.base import ProcHandle, Runner
 
 HOST_HELPER = (Path(__file__).parents[1] / "hosts" / "host_helper.py").read_text()
 GPU_QUERY = ["--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits"]
@@ -133,6 +134,33 @@ def leftovers(runner: Runner, keep: set[str] = frozenset(), python: str = "pytho
     rows = host_helper(runner, "ours", {}, python)
     return [f"pid {r['pid']} (pgid {r['pgid']}, run {r['run_id']}): {r['cmdline'][:100]}"
             for r in rows if r["run_id"] not in keep]
+
+
+def own_leftovers(runner: Runner, workdir: str, python: str = "python3") -> dict[int, ProcHandle]:
+    """The process groups of tunectl's earlier runs under `workdir` (a server left by a killed tunectl with this
+    profile's host.workdir), by process group id. Runs elsewhere (another study, another user's) are not listed."""
+    root = workdir.rstrip("/") + "/"
+    groups: dict[int, ProcHandle] = {}
+    for r in host_helper(runner, "ours", {}, python):
+        if (r.get("cwd") or "").startswith(root):
+            groups.setdefault(int(r["pgid"]), ProcHandle(run_id=r["run_id"], dir=r["cwd"], pgid=int(r["pgid"])))
+    return groups
+
+
+def stop_groups(runner: Runner, groups: dict[int, ProcHandle], grace_s: float = 20.0) -> list[str]:
+    """SIGTERM each recorded process group, SIGKILL after grace_s; never by name. One line per group."""
+    for handle in groups.values():
+        runner.signal_group(handle, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(runner.group_processes(h) for h in groups.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out = []
+    for pgid, handle in groups.items():
+        forced = bool(runner.group_processes(handle))
+        if forced:
+            runner.signal_group(handle, signal.SIGKILL)
+        out.append(f"process group {pgid} (run {handle.run_id}) stopped" + (" with SIGKILL" if forced else ""))
+    return out
 
 
 def port_problems(runner: Runner, ports: list[int]) -> list[str]:

@@ -134,9 +134,14 @@ def _disk(c: _Ctx) -> Check:
 
 
 def _leftovers(c: _Ctx) -> Check:
+    """Processes of earlier tunectl runs: those under this profile's host.workdir first (a killed run of this
+    profile: `--stop-leftovers` stops them), then any other (another study on the same host)."""
     found = hostcheck.leftovers(c.runner, python=c.prof.server.python)
-    return Check("leftovers", not found, "; ".join(found[:5]) or "no tunectl processes running",
-                 "stop them by process group: kill -TERM -- -PGID (they carry TUNECTL_RUN_ID)" if found else "")
+    own = {h.run_id for h in hostcheck.own_leftovers(c.runner, c.prof.host.workdir, c.prof.server.python).values()}
+    found.sort(key=lambda line: not any(f"run {r})" in line for r in own))
+    fix = ("those of runs under host.workdir: tunectl check --stop-leftovers (by their recorded process group); "
+           "others: kill -TERM -- -PGID")
+    return Check("leftovers", not found, "; ".join(found[:5]) or "no tunectl processes running", fix if found else "")
 
 
 def _flags(c: _Ctx) -> Check:

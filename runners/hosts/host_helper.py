@@ -81,7 +81,12 @@ def ours(_arg):
     for pid, pgid, start in scan():
         rid = run_id_of(pid)
         if rid:
-            out.append({"pid": pid, "pgid": pgid, "run_id": rid, "cmdline": cmdline(pid), "start_time": start})
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                cwd = ""
+            out.append({"pid": pid, "pgid": pgid, "run_id": rid, "cmdline": cmdline(pid), "start_time": start,
+                        "cwd": cwd})
     return out
 
 

@@ -13,7 +13,9 @@ from rich.text import Text
 
 from tunectl.cli import app
 from tunectl.commands._common import console, get_profile, one_line_errors, show_table
+from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import Check, run_checks
+from tunectl.runners.hosts.base import Runner
 
 __all__ = ["check", "render", "run_checks"]
 
@@ -28,16 +30,39 @@ def render(checks: list[Check]) -> Table:
     return table
 
 
+def _stop_leftovers(prof: Profile, runner: Runner, yes: bool) -> None:
+    from tunectl.runners.checks.hostcheck import own_leftovers, stop_groups
+
+    groups = own_leftovers(runner, prof.host.workdir, prof.server.python or "python3")
+    if not groups:
+        console.print(Text(f"no leftovers of tunectl runs under {prof.host.workdir} on {runner.name}"))
+        return
+    for pgid, h in groups.items():
+        console.print(Text(f"leftover: process group {pgid}, run {h.run_id} ({h.dir})"))
+    if not yes and not typer.confirm(f"stop these {len(groups)} process group(s)?", default=False):
+        raise typer.Exit(1)
+    with console.status("stopping leftovers ..."):
+        lines = stop_groups(runner, groups, prof.server.timeouts.teardown_grace_s)
+    for line in lines:
+        console.print(Text(line))
+
+
 @app.command()
 @one_line_errors
 def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="profile YAML (default: the "
-                                                 "embedded stand-in profile)")) -> None:
+                                                 "embedded stand-in profile)"),
+          stop_leftovers: bool = typer.Option(False, "--stop-leftovers", help="first stop tunectl's own "
+                                              "leftover servers under this profile's host.workdir (from a "
+                                              "killed run), by their recorded process group"),
+          yes: bool = typer.Option(False, "--yes", "-y", help="with --stop-leftovers: do not ask")) -> None:
     """Check the profile's host: SSH and host key, python and SGLang, GPUs, ports, disk, leftovers, flags, patches."""
     from tunectl.study import make_runner
 
     prof = get_profile(profile)
     runner = make_runner(prof)
     try:
+        if stop_leftovers:
+            _stop_leftovers(prof, runner, yes)
         checks = run_checks(prof, runner)
     finally:
         runner.close()
