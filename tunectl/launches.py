@@ -21,6 +21,7 @@ class LaunchLevel:
     concurrency: int
     readings: list[Interval | None] = field(default_factory=list)   # one per launch; None: not ok there
     statuses: list[str] = field(default_factory=list)
+    load: str = ""                        # the level's name (LevelResult.load): c64, r4 (a rate), x1 (a trace)
 
     @property
     def ok(self) -> list[Interval]:
@@ -42,7 +43,8 @@ class LaunchLevel:
 
     def to_dict(self) -> dict[str, Any]:
         p = self.pooled
-        return {"workload": self.workload, "concurrency": self.concurrency, "statuses": self.statuses,
+        return {"workload": self.workload, "concurrency": self.concurrency, "load": self.load,
+                "statuses": self.statuses,
                 "readings": [r.to_dict() if r else None for r in self.readings],
                 "pooled": p.to_dict() if p else None, "launch_spread": self.spread, "within_pooled": self.held}
 
@@ -56,12 +58,13 @@ def reading(lv: LevelResult) -> Interval | None:
 
 
 def summarize(results: list[TrialResult]) -> list[LaunchLevel]:
-    """Per (workload, concurrency), in the order the first launch measured them."""
-    rows: dict[tuple[str, int], LaunchLevel] = {}
+    """Per (workload, level: a concurrency, a request rate or a trace), in the order the first launch measured
+    them."""
+    rows: dict[tuple[str, str], LaunchLevel] = {}
     for lv in (lv for r in results for lv in r.levels):
-        rows.setdefault((lv.workload, lv.concurrency), LaunchLevel(lv.workload, lv.concurrency))
+        rows.setdefault((lv.workload, lv.load), LaunchLevel(lv.workload, lv.concurrency, load=lv.load))
     for r in results:
-        by_key = {(lv.workload, lv.concurrency): lv for lv in r.levels}
+        by_key = {(lv.workload, lv.load): lv for lv in r.levels}
         for key, row in rows.items():
             lv = by_key.get(key)
             row.readings.append(reading(lv) if lv else None)

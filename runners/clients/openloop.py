@@ -19,7 +19,7 @@ when the target has SLO limits, `slo_attainment` and `goodput` (tunectl.goodput)
 from __future__ import annotations
 
 import asyncio
-import threading
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +32,7 @@ from tunectl.goodput import arrival_times
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients._share import MAX_ERRORS, _one, run_share
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
-from tunectl.runners.clients.builtin import _abort_fn, _start_reporter
+from tunectl.runners.clients.builtin import _abort_fn
 from tunectl.runners.clients.metrics import ReqRecord, compute_metrics, slo_metrics
 from tunectl.runners.clients.prompts import Prompt, make_prompts, warmup_prompts
 
@@ -69,8 +69,18 @@ def schedule(workload: WorkloadSpec, load: OpenLoad) -> list[tuple[float, Prompt
     return list(zip(offsets, prompts))
 
 
-async def drive(target: Target, plan: list[tuple[float, Prompt]], cap: int | None, should_abort: Callable[[], bool],
-                 counters: list[int]) -> OpenRun:
+@dataclass(frozen=True)
+class Conn:
+    """What the sending process needs of the target (picklable)."""
+    base_url: str
+    backend: str
+    model: str
+    time_scale: float
+    request_timeout_s: float
+
+
+async def drive(target: Conn, plan: list[tuple[float, Prompt]], cap: int | None, should_abort: Callable[[], bool],
+                counters: Any) -> OpenRun:
     run, base = OpenRun(), target.base_url.rstrip("/")
     slots = asyncio.Semaphore(cap) if cap else None
 
@@ -143,24 +153,44 @@ def run_open(target: Target, workload: WorkloadSpec, load: OpenLoad, *, progress
     should_abort = _abort_fn(abort)
     plan = schedule(workload, load)
     out = LevelMetrics(load.max_concurrency or 0, len(plan), workload.label, processes=1)
-    wall0, counters = time.perf_counter(), [0, 0, 0, 0]
+    wall0 = time.perf_counter()
     warm = asyncio.run(run_share(target.base_url, target.backend, target.model, warmup_prompts(workload), 1,
                                  target.request_timeout_s, should_abort))
     if warm.server_gone or should_abort() or any(not r.success for r in warm.records):
         out.failed, out.errors = len(plan), ["warmup: " + e for e in warm.errors] or ["aborted"]
         out.aborted, out.server_gone = should_abort(), warm.server_gone
         return out
-    stop = threading.Event()
-    reporter = _start_reporter(progress, lambda: counters, len(plan), stop)
-    try:
-        run = asyncio.run(drive(target, plan, load.max_concurrency, should_abort, counters))
-    finally:
-        stop.set()
-        if reporter:
-            reporter.join()
+    conn = Conn(target.base_url, target.backend, target.model, target.time_scale, target.request_timeout_s)
+    run = _in_process(conn, plan, load.max_concurrency, should_abort, progress)
     _fill(out, run, target, offered_rate(workload, load, plan), load)
     out.wall_s = time.perf_counter() - wall0
     return out
+
+
+def _child(conn: Conn, plan: list[tuple[float, Prompt]], cap: int | None, stop: Any, counters: Any,
+           results: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
+    try:
+        run = asyncio.run(drive(conn, plan, cap, stop.is_set, counters))
+    except Exception as e:  # noqa: BLE001 - the parent must get an answer
+        run = OpenRun(errors=[f"client process: {type(e).__name__}: {e}"])
+    results.put((0, run))
+
+
+def _in_process(conn: Conn, plan: list[tuple[float, Prompt]], cap: int | None, should_abort: Callable[[], bool],
+                progress: Progress | None) -> OpenRun:
+    """The schedule is kept by a process of its own: this one's threads (the ladder's log watch, the console)
+    never hold its event loop up."""
+    from tunectl.runners.clients._procs import _CTX, _collect, _reap, _Reporter, _Steer
+
+    stop, results, counters = _CTX.Event(), _CTX.Queue(), _CTX.RawArray("q", 4)
+    proc = _CTX.Process(target=_child, daemon=True, name="bench-open",
+                        args=(conn, plan, cap, stop, counters, results))
+    proc.start()
+    got = _collect([proc], results, stop, should_abort, _Reporter(progress, counters, len(plan)),
+                   _Steer(None, None, None, counters))
+    _reap([proc], 0.2 if should_abort() else 5.0)
+    return got.get(0) or OpenRun(errors=["the client process gave no result"], aborted=should_abort())
 
 
 def _fill(out: LevelMetrics, run: OpenRun, target: Target, rate: float, load: OpenLoad) -> None:

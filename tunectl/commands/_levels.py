@@ -127,6 +127,6 @@ def launches_table(results: list[TrialResult]) -> Table:
         cells = [r.text() if r and r.low != r.high else (_fmt(r.value, 0) if r else s)
                  for r, s in zip(row.readings, row.statuses)]
         p, sp = row.pooled, row.spread
-        tab.add_row(row.workload, str(row.concurrency), *cells, p.text() if p else "-",
+        tab.add_row(row.workload, str(row.concurrency) if row.load.startswith("c") else row.load, *cells, p.text() if p else "-",
                     f"{sp:.1%}" if sp is not None else "-")
     return tab
