@@ -30,7 +30,7 @@ import numpy as np
 
 from tunectl.goodput import arrival_times
 from tunectl.profile import WorkloadSpec
-from tunectl.runners.clients._share import MAX_ERRORS, _one, run_share
+from tunectl.runners.clients._share import MAX_ERRORS, _one
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
 from tunectl.runners.clients.builtin import _abort_fn
 from tunectl.runners.clients.metrics import ReqRecord, compute_metrics, slo_metrics
@@ -80,28 +80,25 @@ class Conn:
 
 
 async def drive(target: Conn, plan: list[tuple[float, Prompt]], cap: int | None, should_abort: Callable[[], bool],
-                counters: Any) -> OpenRun:
-    run, base = OpenRun(), target.base_url.rstrip("/")
+                counters: Any, warm: list[Prompt] | None = None) -> OpenRun:
+    run = OpenRun()
     slots = asyncio.Semaphore(cap) if cap else None
 
     async def send(s: Sent, p: Prompt, session: aiohttp.ClientSession) -> None:
         s.sent = time.perf_counter()
         counters[3] += 1
-        try:
-            if slots is None:
-                await _one(session, base, target.backend, target.model, p, s.rec, counters)
-            else:
-                async with slots:
-                    await _one(session, base, target.backend, target.model, p, s.rec, counters)
-        except aiohttp.ClientConnectorError as e:
-            s.rec.error, run.server_gone = f"connection refused: {e}", True
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-            s.rec.error = f"{type(e).__name__}: {e}"[:300]
+        if slots is None:
+            await _request(session, target, p, s.rec, counters, run)
+        else:
+            async with slots:
+                await _request(session, target, p, s.rec, counters, run)
         counters[0 if s.rec.success else 1] += 1
 
     conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     timeout = aiohttp.ClientTimeout(total=target.request_timeout_s)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout, read_bufsize=1 << 20) as session:
+        if not await _warm(session, target, warm or [], run):
+            return run
         tasks: list[asyncio.Task[None]] = []
         run.t0 = time.perf_counter()
         for offset, p in plan:
@@ -130,6 +127,28 @@ async def drive(target: Conn, plan: list[tuple[float, Prompt]], cap: int | None,
     return run
 
 
+async def _request(session: aiohttp.ClientSession, target: Conn, p: Prompt, rec: ReqRecord, counters: Any,
+                   run: OpenRun) -> None:
+    """One request; its failure is in `rec` (a refused connection: the server is gone)."""
+    try:
+        await _one(session, target.base_url.rstrip("/"), target.backend, target.model, p, rec, counters)
+    except aiohttp.ClientConnectorError as e:
+        rec.error, run.server_gone = f"connection refused: {e}", True
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+        rec.error = f"{type(e).__name__}: {e}"[:300]
+
+
+async def _warm(session: aiohttp.ClientSession, target: Conn, prompts: list[Prompt], run: OpenRun) -> bool:
+    """The warm-up requests, one at a time; False (the errors in `run`) when one fails."""
+    for p in prompts:
+        rec = ReqRecord(input_len=p.input_len)
+        await _request(session, target, p, rec, [0, 0, 0, 0], run)
+        if not rec.success:
+            run.errors.append("warmup: " + (rec.error or "failed"))
+            return False
+    return True
+
+
 def lateness(run: OpenRun, scale: float) -> dict[str, float]:
     """How late each request was sent: max and p99 in modeled ms, and the count beyond the wall tolerance."""
     if not run.sent:
@@ -154,40 +173,35 @@ def run_open(target: Target, workload: WorkloadSpec, load: OpenLoad, *, progress
     plan = schedule(workload, load)
     out = LevelMetrics(load.max_concurrency or 0, len(plan), workload.label, processes=1)
     wall0 = time.perf_counter()
-    warm = asyncio.run(run_share(target.base_url, target.backend, target.model, warmup_prompts(workload), 1,
-                                 target.request_timeout_s, should_abort))
-    if warm.server_gone or should_abort() or any(not r.success for r in warm.records):
-        out.failed, out.errors = len(plan), ["warmup: " + e for e in warm.errors] or ["aborted"]
-        out.aborted, out.server_gone = should_abort(), warm.server_gone
-        return out
     conn = Conn(target.base_url, target.backend, target.model, target.time_scale, target.request_timeout_s)
-    run = _in_process(conn, plan, load.max_concurrency, should_abort, progress)
+    run = _in_process(conn, (warmup_prompts(workload), plan), load.max_concurrency, should_abort, progress)
     _fill(out, run, target, offered_rate(workload, load, plan), load)
     out.wall_s = time.perf_counter() - wall0
     return out
 
 
-def _child(conn: Conn, plan: list[tuple[float, Prompt]], cap: int | None, stop: Any, counters: Any,
-           results: Any) -> None:
+def _child(conn: Conn, work: tuple[list[Prompt], list[tuple[float, Prompt]]], cap: int | None, stop: Any,
+           counters: Any, results: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
     try:
-        run = asyncio.run(drive(conn, plan, cap, stop.is_set, counters))
+        run = asyncio.run(drive(conn, work[1], cap, stop.is_set, counters, warm=work[0]))
     except Exception as e:  # noqa: BLE001 - the parent must get an answer
         run = OpenRun(errors=[f"client process: {type(e).__name__}: {e}"])
     results.put((0, run))
 
 
-def _in_process(conn: Conn, plan: list[tuple[float, Prompt]], cap: int | None, should_abort: Callable[[], bool],
-                progress: Progress | None) -> OpenRun:
+def _in_process(conn: Conn, work: tuple[list[Prompt], list[tuple[float, Prompt]]], cap: int | None,
+                should_abort: Callable[[], bool], progress: Progress | None) -> OpenRun:
     """The schedule is kept by a process of its own: this one's threads (the ladder's log watch, the console)
-    never hold its event loop up."""
+    never hold its event loop up. `work`: the warm-up prompts (sent first, one at a time, on the same session:
+    a fresh process's first connection costs tens of ms) and the schedule."""
     from tunectl.runners.clients._procs import _CTX, _collect, _reap, _Reporter, _Steer
 
     stop, results, counters = _CTX.Event(), _CTX.Queue(), _CTX.RawArray("q", 4)
     proc = _CTX.Process(target=_child, daemon=True, name="bench-open",
-                        args=(conn, plan, cap, stop, counters, results))
+                        args=(conn, work, cap, stop, counters, results))
     proc.start()
-    got = _collect([proc], results, stop, should_abort, _Reporter(progress, counters, len(plan)),
+    got = _collect([proc], results, stop, should_abort, _Reporter(progress, counters, len(work[1])),
                    _Steer(None, None, None, counters))
     _reap([proc], 0.2 if should_abort() else 5.0)
     return got.get(0) or OpenRun(errors=["the client process gave no result"], aborted=should_abort())
