@@ -22,7 +22,7 @@ from tunectl.reports.data import (
     throughput_curves,
 )
 from tunectl.reports.importance import importance
-from tunectl.reports.tables import crash_map, finalists, trial_rows, warm_lines
+from tunectl.reports.tables import crash_map, finalists, trial_rows, warm_lines, workload_columns
 
 
 def flag_diff(data: StudyData) -> list[dict[str, Any]]:
@@ -124,8 +124,9 @@ def _tables_html(r: dict[str, Any]) -> str:
             "95% interval": f"{g['ci95'][0]:,.0f}-{g['ci95'][1]:,.0f}" if g.get("ci95") else "-",
             "spread": f"{g['launch_spread']:.1%}" if g.get("launch_spread") is not None else "-"}
            for g in r["finalists"]]
-    rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>'}
-            for t in r["trials"]]
+    labels = workload_columns(r["trials"])
+    rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>',
+             **{f"tok/s {w}": round(t["per_workload"].get(w, 0.0)) for w in labels}} for t in r["trials"]]
     diff_cols = ["flag"] + [c for c in ("best", "baseline", "reference")
                             if any(c in d for d in r["flag_diff"])]
     return (
@@ -140,8 +141,8 @@ def _tables_html(r: dict[str, Any]) -> str:
            if fin else "<p>No finalists yet.</p>")
         + "</section><section id='all-trials'><h2>All trials</h2>"
         + "<p>key flags: the knobs where a trial differs from the baseline.</p>"
-        + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput", "peak_concurrency",
-                        "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"],
+        + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput",
+                        *(f"tok/s {w}" for w in labels), "peak_concurrency", "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"],
                  "trials")
         + "</section>")
 

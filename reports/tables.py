@@ -85,6 +85,20 @@ def key_flags(t: TrialResult, base: TrialResult | None) -> dict[str, Any]:
     return {k: v for k, v in t.params.items() if k not in base.params or base.params[k] != v}
 
 
+def per_workload(t: Any) -> dict[str, float]:
+    """Each workload's best stable output throughput (0 for a workload without a stable level), in ladder order."""
+    out = dict.fromkeys((lv.workload for lv in t.levels), 0.0)
+    for lv in t.stable_levels:
+        out[lv.workload] = max(out[lv.workload], lv.output_throughput)
+    return out
+
+
+def workload_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The workloads to show a column for: all of them when a study has several, none when it has one."""
+    labels = list(dict.fromkeys(k for r in rows for k in r.get("per_workload", {})))
+    return labels if len(labels) > 1 else []
+
+
 def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
     """One row per trial: status, key flags, throughput, max stable concurrency, crash, log link."""
     rows = []
@@ -95,6 +109,7 @@ def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
             "trial": t.trial, "role": t.role, "status": t.status, "attempt": t.attempt,
             "params": dict(t.params), "key_flags": key_flags(t, base),
             "output_throughput": t.best_output_throughput,
+            "per_workload": per_workload(t),
             "peak_concurrency": peak.concurrency if peak else None,
             "p99_ttft_ms": peak.metrics.get("p99_ttft_ms") if peak else None,
             "max_stable_concurrency": t.max_stable_concurrency,

@@ -42,11 +42,15 @@ def planned_levels(prof: Profile) -> int:
     return max(1, len(prof.bench.levels) * len(prof.bench.workloads))
 
 
+def workload_levels(result: TrialResult, label: str) -> list[LevelResult]:
+    return [lv for lv in result.stable_levels if lv.workload == label]
+
+
 def primary_levels(result: TrialResult, prof: Profile) -> list[LevelResult]:
-    """Stable levels of the first workload (the one the objective is about)."""
-    kind = prof.bench.workloads[0].kind if prof.bench.workloads else None
+    """Stable levels of the first workload (the one the objective is about when it has no weights)."""
+    label = prof.bench.workloads[0].label if prof.bench.workloads else None
     ok = result.stable_levels
-    return [lv for lv in ok if lv.workload == kind] or ok
+    return [lv for lv in ok if lv.workload == label] or ok
 
 
 def slo_violation(lv: LevelResult, slo: dict[str, float]) -> float:
@@ -61,9 +65,7 @@ def slo_violation(lv: LevelResult, slo: dict[str, float]) -> float:
     return worst
 
 
-def best_level(result: TrialResult, prof: Profile) -> tuple[LevelResult | None, float]:
-    """The level the objective reads (highest throughput meeting the SLO) and the SLO constraint value."""
-    levels = primary_levels(result, prof)
+def _best_of(levels: list[LevelResult], prof: Profile) -> tuple[LevelResult | None, float]:
     if not levels:
         return None, 1.0 if prof.objective.slo else 0.0
     if prof.objective.mode == "goodput":     # the capacity: the highest load meeting the SLO for its share
@@ -76,6 +78,47 @@ def best_level(result: TrialResult, prof: Profile) -> tuple[LevelResult | None, 
             slo_violation(lv, slo) for lv in meeting)
     least = min(levels, key=lambda lv: slo_violation(lv, slo))
     return least, slo_violation(least, slo)
+
+
+def best_level(result: TrialResult, prof: Profile) -> tuple[LevelResult | None, float]:
+    """The level the objective reads (highest throughput meeting the SLO) and the SLO constraint value; with
+    `objective.weights`, the first weighted workload's level and the worst SLO constraint over them."""
+    if not prof.objective.weights:
+        return _best_of(primary_levels(result, prof), prof)
+    per = {w: _best_of(workload_levels(result, w), prof) for w in prof.objective.weights}
+    first = per[next(iter(per))][0]
+    return first, max(c for _, c in per.values())
+
+
+@dataclass
+class Score:
+    value: float
+    slo: float                                    # <= 0: the SLO holds (for every weighted workload)
+    level: LevelResult | None                     # the level the value (or the first weighted workload's) came from
+    ci95: list[float] | None = None
+    per_workload: dict[str, float] = field(default_factory=dict)
+
+
+def score(result: TrialResult, prof: Profile) -> Score:
+    """The objective: the best level's metric, or `objective.weights`' sum of each workload's best level (a
+    workload without a stable level adds 0); its 95% interval is the weighted sum of theirs."""
+    metric = prof.objective.metric
+    if not prof.objective.weights:
+        lv, slo_c = best_level(result, prof)
+        ci = lv.output_throughput_ci95 if lv is not None and metric == "output_throughput" else None
+        return Score(objective_value(lv, prof), slo_c, lv, ci)
+    out = Score(0.0, -1.0, None, [0.0, 0.0] if metric == "output_throughput" else None)
+    for label, weight in prof.objective.weights.items():
+        lv, slo_c = _best_of(workload_levels(result, label), prof)
+        got = objective_value(lv, prof)
+        out.per_workload[label] = got
+        out.value += weight * got
+        out.slo = max(out.slo, slo_c)
+        out.level = out.level or lv
+        ci = (lv.output_throughput_ci95 if lv else None) or [got, got]
+        if out.ci95 is not None:
+            out.ci95 = [out.ci95[0] + weight * ci[0], out.ci95[1] + weight * ci[1]]
+    return out
 
 
 def crash_constraint(result: TrialResult, prof: Profile) -> float:
@@ -94,8 +137,8 @@ def objective_value(lv: LevelResult | None, prof: Profile) -> float:
     return lv.value(prof.objective.metric)
 
 
-def _values(lv: LevelResult | None, prof: Profile) -> list[float]:
-    thr = objective_value(lv, prof)
+def _values(sc: Score, prof: Profile) -> list[float]:
+    thr, lv = sc.value, sc.level
     if not prof.objective.multi_objective:
         return [thr]
     ttft = float(lv.metrics.get("p99_ttft_ms", PENALTY_LATENCY_MS)) if lv else PENALTY_LATENCY_MS
@@ -142,7 +185,8 @@ def judge(result: TrialResult, prof: Profile, infra_tries: int = 0, flaky_tries:
     if result.crash and result.crash.cls == "flaky" and flaky_tries < prof.search.flaky_retries:
         return Verdict(TrialState.FAIL, user_attrs={**attrs, "flaky_retry": True}, retry=True,
                        reason="flaky crash: one more try on a clean host")
-    lv, slo_c = best_level(result, prof)
+    sc = score(result, prof)
+    lv, slo_c = sc.level, sc.slo
     if result.status == "pruned":
         attrs["saved_s"] = round(result.saved_s, 3)
         return Verdict(TrialState.PRUNED, user_attrs=attrs, reason="pruned on the ladder")
@@ -150,7 +194,7 @@ def judge(result: TrialResult, prof: Profile, infra_tries: int = 0, flaky_tries:
     if result.crash or result.status == "crashed":
         constraints["crash"] = crash_constraint(result, prof)
         reason = f"crashed ({result.crash.cls if result.crash else 'unknown'})"
-    elif lv is None or objective_value(lv, prof) <= 0:
+    elif lv is None or sc.value <= 0:
         constraints["crash"] = 1.0
         attrs["degenerate"] = True
         reason = "no stable level with output: infeasible"
@@ -158,6 +202,8 @@ def judge(result: TrialResult, prof: Profile, infra_tries: int = 0, flaky_tries:
         reason = "ok" if slo_c <= 0 else "SLO not met"
     if lv is not None:
         attrs["best_concurrency"] = lv.concurrency
-        if lv.output_throughput_ci95 and prof.objective.metric == "output_throughput":
-            attrs["objective_ci95"] = lv.output_throughput_ci95
-    return Verdict(TrialState.COMPLETE, _values(lv, prof), constraints, attrs, reason=reason)
+    if sc.ci95:
+        attrs["objective_ci95"] = sc.ci95
+    if sc.per_workload:
+        attrs["objective_per_workload"] = {k: round(v, 2) for k, v in sc.per_workload.items()}
+    return Verdict(TrialState.COMPLETE, _values(sc, prof), constraints, attrs, reason=reason)

@@ -178,7 +178,7 @@ class SearchLoop:
         return verdict.state.name
 
     def _evaluate(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str) -> tuple[TrialResult, Any]:
-        planned = [(w.kind, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
+        planned = [(w.label, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
         pruner = make_pruner(self.prof.search.pruning, self.study, trial if role == "search" else None, planned)
         if role != "search" or self.prof.objective.mode == "goodput" or self.prof.bench.rates:
             # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder

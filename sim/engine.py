@@ -98,6 +98,9 @@ class Engine:
             r.first_token_t = self.vnow if r.first_token_t is None else r.first_token_t
             m.observe_ttft(self.vnow - r.arrival)
         m.prompt_tokens += step.new_tokens
+        if step.kind == "prefill":
+            m.cached_tokens += step.cached_tokens
+            m.cache_hit_rate = step.cached_tokens / max(1, step.cached_tokens + step.new_tokens)
         m.generation_tokens += step.bs if step.kind == "decode" else len(step.joined)
         m.running, m.queued = len(sched.running), len(sched.waiting)
         if step.kind == "decode":

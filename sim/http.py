@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from tunectl.sim.engine import Engine
-from tunectl.sim.sched import BLOCK, Req
+from tunectl.sim.sched import Req, block_keys
 
 _rid = itertools.count(1)
 WORD = " ok"
@@ -82,7 +82,7 @@ class Api:
             prompt = prompt[0]
         ids = self.st.tokenize(prompt) if isinstance(prompt, str) else list(prompt or [])
         self.st.check_vocab(ids)
-        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), _block_keys(ids))
+        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), block_keys(ids))
 
     def _unavailable(self) -> web.Response | None:
         if self.st.engine is None or self.st.shutting_down:
@@ -147,16 +147,6 @@ class Api:
             out["usage"] = {"prompt_tokens": req.input_len, "completion_tokens": req.output_len,
                             "total_tokens": req.input_len + req.output_len}
         return out
-
-
-def _block_keys(ids: list[int]) -> list[object]:
-    """Chained hashes of the prompt's BLOCK-token prefixes (what a radix cache would match)."""
-    keys: list[object] = []
-    h = 0
-    for i in range(len(ids) // BLOCK):
-        h = hash((h, tuple(ids[i * BLOCK:(i + 1) * BLOCK])))
-        keys.append(h)
-    return keys
 
 
 async def _sse(request: web.Request) -> web.StreamResponse:

@@ -1,7 +1,8 @@
 """The stand-in's Prometheus endpoint (`--enable-metrics`), with SGLang's metric names and text format.
 
-`GET /metrics` serves, labelled `model_name`: `sglang:prompt_tokens_total` and `sglang:generation_tokens_total`
-(counters), `sglang:gen_throughput`, `sglang:num_running_reqs`, `sglang:num_queue_reqs` (gauges) and
+`GET /metrics` serves, labelled `model_name`: `sglang:prompt_tokens_total`, `sglang:cached_tokens_total` (radix
+cache hits, `cache_source="device"`) and `sglang:generation_tokens_total` (counters), `sglang:cache_hit_rate`,
+`sglang:gen_throughput`, `sglang:num_running_reqs`, `sglang:num_queue_reqs` (gauges) and
 `sglang:time_to_first_token_seconds` (histogram, SGLang's default buckets). Times are modeled seconds, like every
 latency the stand-in reports. Without `--enable-metrics` there is no `/metrics` (404), as on SGLang.
 """
@@ -16,6 +17,8 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 @dataclass
 class Metrics:
     prompt_tokens: int = 0
+    cached_tokens: int = 0                 # prompt tokens found in the radix cache (not prefilled)
+    cache_hit_rate: float = 0.0            # the last prefill batch's cached / (cached + new) tokens
     generation_tokens: int = 0
     gen_throughput: float = 0.0
     running: int = 0
@@ -41,6 +44,10 @@ class Metrics:
                         f"sglang:{name}{{{lab}}} {float(value)}"])
 
         one("prompt_tokens_total", "counter", "Number of prefill tokens processed.", self.prompt_tokens)
+        out += ["# HELP sglang:cached_tokens_total Number of cached prompt tokens by source (device/host/storage).",
+                "# TYPE sglang:cached_tokens_total counter",
+                f'sglang:cached_tokens_total{{{lab},cache_source="device"}} {float(self.cached_tokens)}']
+        one("cache_hit_rate", "gauge", "The prefix cache hit rate.", self.cache_hit_rate)
         one("generation_tokens_total", "counter", "Number of generation tokens processed.", self.generation_tokens)
         one("gen_throughput", "gauge", "The generation throughput (token/s).", self.gen_throughput)
         one("num_running_reqs", "gauge", "The number of running requests.", self.running)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from tunectl.sim.card import Card, load_card
-from tunectl.sim.sched import BLOCK, Req, RuntimeCrash, Scheduler
+from tunectl.sim.sched import BLOCK, Req, RuntimeCrash, Scheduler, block_keys
 from tunectl.sim.setup import Setup, StartupCrash, resolve
 
 __all__ = ["LevelOutcome", "VirtualLadder", "best_stable", "load_card", "resolve", "virtual_ladder"]
@@ -55,27 +55,41 @@ class VirtualLadder:
         return next((lv.output_throughput for lv in self.levels if lv.concurrency == concurrency), None)
 
 
+Conversation = list[tuple[list[int], int]]          # turns of (prompt token ids, output length)
+
+
 def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str] | None = None,
                    patches: Iterable[str] = (), levels: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
                    workload_kind: str = "random", input_len: int = 256, output_len: int = 128, seed: int = 0,
                    prompts_per_level: int = 1, min_prompts: int = 8, shared_prefix_len: int = 2048,
-                   range_ratio: float = 1.0) -> VirtualLadder:
+                   range_ratio: float = 1.0, turns: int = 1,
+                   draw: Callable[[random.Random], tuple[int, int]] | None = None,
+                   conversations: Callable[[int, int], list[Conversation]] | None = None) -> VirtualLadder:
     """`range_ratio` < 1: each request's lengths drawn from [len x ratio, len] like `bench_serving
-    --random-range-ratio`, so requests do not finish in lockstep waves."""
+    --random-range-ratio`, so requests do not finish in lockstep waves; `draw(rng)`: (input, output) lengths
+    drawn otherwise. `turns` > 1: conversations whose every turn resends the history (the previous prompt, its
+    answer, a new message), one stream each, as the built-in client sends them. `conversations(level, n)`: a
+    dataset's requests as token ids (their prefixes hashed like the live stand-in's); else synthetic prompts, whose
+    random ids share nothing but the shared prefix and the history (so their blocks are named, not hashed)."""
     card = load_card(card) if isinstance(card, str) else card
     setup = resolve(card, config, env, list(patches))
     out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash, setup=setup)
     if setup.crash is not None:
         return out
-    sched, rid, rng = Scheduler(setup, seed), itertools.count(), random.Random(seed)
+    sched, rid, rng, convs = Scheduler(setup, seed), itertools.count(), random.Random(seed), itertools.count()
 
     def length(n: int) -> int:
         return n if range_ratio >= 1.0 else rng.randint(max(1, int(n * range_ratio)), n)
 
+    lengths = (lambda: draw(rng)) if draw is not None else (lambda: (length(input_len), length(output_len)))
+    shared = shared_prefix_len if workload_kind == "shared_prefix" else 0
     for c in levels:
         n = max(min_prompts, prompts_per_level * c)
-        reqs = [_make_req(next(rid), workload_kind, length(input_len), length(output_len), shared_prefix_len)
-                for _ in range(n)]
+        if conversations is not None:
+            reqs = [[Req(next(rid), max(1, len(ids)), out_len, block_keys(ids)) for ids, out_len in conv]
+                    for conv in conversations(c, n)]
+        else:
+            reqs = _synthetic(n, turns, shared, lengths, rid, convs)
         level, crash = _run_level(sched, setup, c, reqs)
         out.levels.append(level)
         if crash is not None:
@@ -85,20 +99,44 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
     return out
 
 
-def _make_req(rid: int, kind: str, input_len: int, output_len: int, shared: int) -> Req:
-    if kind == "shared_prefix":
-        keys: list[object] = [("shared", i) for i in range(shared // BLOCK)]   # like the built-in client:
-        return Req(rid, shared + input_len, output_len, keys)                 # common prefix + own tokens
-    return Req(rid, input_len, output_len)
+def _synthetic(n: int, turns: int, shared: int, lengths: Callable[[], tuple[int, int]],
+               rid: Iterator[int], convs: Iterator[int]) -> list[list[Req]]:
+    """`n` requests in conversations of `turns`: blocks wholly in the shared prefix are common to all, the others
+    are the conversation's own (a later turn holds every block of the turn before it)."""
+    out: list[list[Req]] = []
+    made = 0
+    while made < n:
+        k, chain, length, answer = next(convs), [], shared, 0
+        for _ in range(min(turns, n - made)):
+            new_in, new_out = lengths()
+            length += answer + new_in
+            keys: list[object] = [("shared", i) for i in range(shared // BLOCK)]
+            if turns > 1:
+                keys += [(k, i) for i in range(shared // BLOCK, length // BLOCK)]
+            chain.append(Req(next(rid), length, new_out, keys))
+            answer = new_out
+        out.append(chain)
+        made += len(chain)
+    return out
 
 
-def _run_level(sched: Scheduler, setup: Setup, c: int, reqs: list[Req]) -> tuple[LevelOutcome, RuntimeCrash | None]:
+def _run_level(sched: Scheduler, setup: Setup, c: int,
+               convs: list[list[Req]]) -> tuple[LevelOutcome, RuntimeCrash | None]:
+    """Closed loop: `c` streams, each sending a conversation's turns in order, then the next conversation."""
     now = start = 0.0
-    todo = list(reversed(reqs))
+    todo = list(reversed(convs))
+    after: dict[int, list[Req]] = {}
+
+    def send(chain: list[Req]) -> None:
+        chain[0].arrival = now
+        after[chain[0].rid] = chain[1:]
+        sched.add(chain[0])
+
     for _ in range(min(c, len(todo))):
-        sched.add(todo.pop())
+        send(todo.pop())
+    total = sum(len(x) for x in convs)
     done: list[Req] = []
-    while len(done) < len(reqs):
+    while len(done) < total:
         step = sched.next_step()
         if step is None:
             break
@@ -112,10 +150,9 @@ def _run_level(sched: Scheduler, setup: Setup, c: int, reqs: list[Req]) -> tuple
         for r in step.finished:
             r.finish_t = now
             done.append(r)
-            if todo:
-                nxt = todo.pop()
-                nxt.arrival = now
-                sched.add(nxt)
+            rest = after.pop(r.rid, [])
+            if rest or todo:
+                send(rest or todo.pop())
     dur = max(now - start, 1e-9)
     ttfts = sorted((r.first_token_t or 0.0) - r.arrival for r in done)
     p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -16,6 +16,16 @@ from tunectl.sim.setup import Setup
 
 BLOCK = 64   # radix cache granularity of the stand-in (tokens)
 RETRACT_STEPS = 20   # a retraction frees room for this many decode steps (SGLang's retract_decode_steps)
+
+
+def block_keys(ids: list[int]) -> list[object]:
+    """Chained hashes of the prompt's BLOCK-token prefixes (what a radix cache would match)."""
+    keys: list[object] = []
+    h = 0
+    for i in range(len(ids) // BLOCK):
+        h = hash((h, tuple(ids[i * BLOCK:(i + 1) * BLOCK])))
+        keys.append(h)
+    return keys
 
 
 @dataclass
@@ -73,7 +83,8 @@ class Scheduler:
         self._finish: list[tuple[int, int]] = []
         self.counter = 0
         self.kv_used = 0
-        self.radix: set[object] = set()
+        self.radix: OrderedDict[object, None] = OrderedDict()      # prefix blocks, least recently used first
+        self.radix_blocks = max(1, setup.kv_tokens // BLOCK)         # bounded by the KV pool, as SGLang's tree is
         self.hung = False
         self.base_ratio = setup.card.admission.new_token_ratio
         self.ratio = self.base_ratio
@@ -152,7 +163,11 @@ class Scheduler:
 
     def _join(self, r: Req, step: Step) -> None:
         if self.s.radix:
-            self.radix.update(r.block_keys)
+            for key in r.block_keys:
+                self.radix[key] = None
+                self.radix.move_to_end(key)
+            while len(self.radix) > self.radix_blocks:
+                self.radix.popitem(last=False)
         r.start_step = self.counter - r.done          # a rejoining request keeps the tokens it had
         self.kv_used += 1
         step.joined.append(r)

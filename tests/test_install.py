@@ -81,3 +81,13 @@ def test_sample_traces_ship_with_their_profile(site: Path, tmp_path: Path) -> No
     assert (site / "tunectl" / "profiles" / "traces" / "azure-sample.csv").is_file()
     res = tunectl(site, tmp_path, "sweep", "-p", str(prof), "--dry-run", "--json")   # the trace read and checked
     assert res.returncode == 0, res.stderr
+
+
+def test_the_sample_datasets_come_with_the_install(site: Path, tmp_path: Path) -> None:
+    data = site / "tunectl" / "profiles" / "data"
+    assert {p.name for p in data.iterdir()} >= {"sharegpt-sample.json", "chat-sample.jsonl", "prompts-sample.jsonl"}
+    res = tunectl(site, tmp_path, "search", "--virtual", "--trials", "2", "--json", "-p",
+                  str(site / "tunectl" / "profiles" / "sim-glm5-chat.yaml"))
+    assert res.returncode == 0, res.stderr
+    levels = json.loads(res.stdout)["best"]["ladder"]
+    assert {lv["workload"] for lv in levels} == {"chat", "sharegpt", "random"}

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # the ground floor: plain data and knowledge, importable from every room
 GROUND = ("tunectl.models", "tunectl.profile", "tunectl.yamlmodel", "tunectl.errors", "tunectl.flags", "tunectl.knobs",
           "tunectl.engines", "tunectl.redact", "tunectl.crashes", "tunectl.stats", "tunectl.versions",
-          "tunectl.goodput", "tunectl.traces")
+          "tunectl.goodput", "tunectl.traces", "tunectl.workloads", "tunectl.datasets")
 
 # room (folder) -> the tunectl modules it may import, and the outside modules it must not
 RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -22,7 +22,8 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sim": (("tunectl.sim", "tunectl.flags", "tunectl.errors", "tunectl.yamlmodel"), ("optuna", "paramiko")),
     "runners/hosts": (("tunectl.runners.hosts", "tunectl.errors", "tunectl.profile", "tunectl.store"), ("optuna",)),
     "runners/clients": (("tunectl.runners.clients", "tunectl.runners.hosts.base", "tunectl.models", "tunectl.profile",
-                         "tunectl.stats", "tunectl.goodput", "tunectl.traces"),
+                         "tunectl.stats", "tunectl.goodput", "tunectl.traces", "tunectl.workloads",
+                         "tunectl.datasets"),
                         ("optuna", "paramiko")),
     "runners/checks": ((*GROUND, "tunectl.runners.checks", "tunectl.runners.hosts"), ("optuna",)),
     "runners/server": ((*GROUND, "tunectl.runners"), ("optuna",)),

@@ -36,11 +36,16 @@ def workload(prof: Profile) -> list[str]:
         d = w.model_dump()
         if w.kind != "shared_prefix":
             d.pop("shared_prefix_len")
-        out.append(" ".join(f"{k}={d[k]}" for k in keep if d.get(k) is not None))
+        line = " ".join(f"{k}={d[k]}" for k in keep if d.get(k) is not None)
+        # what later versions added, only when set (an older study's fingerprint stays as it was)
+        extra = {k: d[k] for k in ("name", "path", "multi_turn", "chat_template", "tokenizer", "scenarios")
+                 if d.get(k)} | ({"turns": w.turns} if w.turns > 1 else {})
+        out.append(" ".join([line, *(f"{k}={v}" for k, v in extra.items())]))
     obj = prof.objective
     goodput = [f"goodput by={obj.capacity.by} slo={dict(sorted(obj.slo.items()))} share={obj.slo_attainment}"] \
         if obj.mode == "goodput" else []                   # a throughput study's identity reads as before
-    return [*out, f"metric={obj.metric}", *goodput]
+    weights = f" weights={dict(obj.weights)}" if obj.weights else ""
+    return [*out, f"metric={obj.metric}{weights}", *goodput]
 
 
 def fingerprint(prof: Profile, gpu: tuple[str, int], hashes: dict[str, str]) -> dict[str, Any]:

@@ -13,7 +13,10 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from tunectl.redact import SECRET_FLAGS
+from tunectl.workloads import WorkloadSpec, bench_serving_reads, check_files
 from tunectl.yamlmodel import Strict, load_model
+
+__all__ = ["Profile", "WorkloadSpec", "load_profile"]
 
 DEFAULT_LEVELS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
@@ -181,34 +184,6 @@ def _when_cycle(space: dict[str, ParamSpec], name: str, path: list[str]) -> list
     return None
 
 
-class WorkloadSpec(Strict):
-    kind: Literal["random", "shared_prefix", "long_prompt", "trace"] = "random"
-    input_len: int = Field(256, ge=1)
-    output_len: int = Field(128, ge=1)
-    range_ratio: float = Field(1.0, gt=0, le=1)   # like bench_serving --random-range-ratio
-    shared_prefix_len: int = Field(2048, ge=0)    # shared_prefix: the common system prompt length
-    prompts_per_level: int = Field(2, ge=1)       # requests per level = max(min_prompts, this x concurrency)
-    min_prompts: int = Field(16, ge=1)
-    warmup_requests: int = Field(2, ge=0)
-    seed: int = 1
-    client: Literal["builtin", "bench_serving"] | None = None   # None: bench.client
-    vocab_size: int | None = Field(None, ge=8)    # the model's vocabulary when under 30k token ids
-    # kind trace (docs/load.md): a Mooncake JSONL or Azure CSV request trace, replayed at `speedup` x its pace
-    path: str | None = None                       # relative: against the profile's folder
-    speedup: float = Field(1.0, gt=0)
-
-    @model_validator(mode="after")
-    def _trace_needs_path(self) -> WorkloadSpec:
-        if self.kind == "trace" and not self.path:
-            raise ValueError("kind 'trace' needs path: a Mooncake .jsonl or an Azure .csv trace file")
-        return self
-
-    @property
-    def label(self) -> str:
-        """The workload's name in results: its kind, plus the client when one is named for it."""
-        return self.kind if self.client is None else f"{self.kind}@{self.client}"
-
-
 class BenchSpec(Strict):
     levels: list[int] = Field(default_factory=lambda: list(DEFAULT_LEVELS))
     workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec()])
@@ -238,6 +213,21 @@ class BenchSpec(Strict):
             raise ValueError(f"rates must be positive and strictly increasing, got {self.rates}")
         return self
 
+    @model_validator(mode="after")
+    def _workloads(self) -> BenchSpec:
+        wls = [x for w in self.workloads for x in w.expanded()]
+        if len(wls) != len(self.workloads):
+            self.workloads = wls
+        labels = [w.label for w in wls]
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        if twice:
+            raise ValueError(f"workloads: two workloads are labelled {twice[0]!r} in results; give each a 'name'")
+        for w in wls:
+            if (w.client or self.client) == "bench_serving" and not bench_serving_reads(w):
+                raise ValueError(f"workload {w.label!r}: sglang.bench_serving reads kinds random, shared_prefix, "
+                                 "long_prompt and single-turn sharegpt; use client: builtin for this one")
+        return self
+
 
 class Capacity(Strict):
     """The bracketing search: start, double until the SLO fails, then bisect until hi/lo - 1 <= tolerance."""
@@ -258,11 +248,17 @@ class Objective(Strict):
     mode: Literal["throughput", "goodput"] = "throughput"
     slo_attainment: float = Field(0.99, gt=0, le=1)
     capacity: Capacity = Field(default_factory=lambda: Capacity())
+    # several workloads: the objective is sum(weight x the workload's best level), by workload label; the SLO
+    # must hold on each. Empty: the first workload's best level.
+    weights: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _goodput_needs_slo(self) -> Objective:
+    def _check(self) -> Objective:
         if self.mode == "goodput" and not self.slo:
             raise ValueError("mode 'goodput' needs slo limits, e.g. slo: {p99_ttft_ms: 2000}")
+        bad = {k: v for k, v in self.weights.items() if not v > 0}
+        if bad:
+            raise ValueError(f"weights: {bad}: each weight must be > 0 (leave a workload out to ignore it)")
         return self
 
 
@@ -289,6 +285,14 @@ class Profile(Strict):
     source: str = Field("", exclude=True)
 
     @model_validator(mode="after")
+    def _weights_name_workloads(self) -> Profile:
+        labels = [w.label for w in self.bench.workloads]
+        for name in self.objective.weights:
+            if name not in labels:
+                raise ValueError(f"objective.weights: {name!r} is not a workload; valid: {', '.join(labels)}")
+        return self
+
+    @model_validator(mode="after")
     def _default_python(self) -> Profile:
         if self.server.python is None:
             here = self.host.kind == "local" or self.server.engine == "sim"
@@ -307,6 +311,7 @@ def load_profile(path: str | os.PathLike[str], overrides: dict[str, Any] | None 
 
     prof = load_model(path, Profile, "profile", edit)
     prof.source = str(path)
+    check_files(prof.bench.workloads, Path(path).parent, prof.source)
     card = prof.server.sim.card
     if _is_path(card) and not Path(card).is_absolute():
         prof.server.sim.card = str((Path(path).parent / card).resolve())

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tunectl import knobs
 import numpy as np
 
+from tunectl import knobs
+from tunectl.engines import engine
 from tunectl.models import CrashInfo, LevelResult, TrialResult
-from tunectl.profile import Profile
+from tunectl.profile import Profile, WorkloadSpec
+from tunectl.workloads import DATASETS
 
 
 class VirtualEvaluator:
@@ -32,33 +34,55 @@ class VirtualEvaluator:
         flags, env, patches = knobs.merge(self.prof, params)
         if self.prof.objective.mode == "goodput":
             return self.capacity(n, params, role, flags, env, patches)
-        wl = self.prof.bench.workloads[0]
-        lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels, workload_kind=wl.kind,
-                             input_len=wl.input_len, output_len=wl.output_len, seed=self.seed * 100003 + n,
-                             prompts_per_level=wl.prompts_per_level, min_prompts=wl.min_prompts,
-                             shared_prefix_len=wl.shared_prefix_len, range_ratio=wl.range_ratio)
-        res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual",
-                          ready_s=lad.startup_s)
+        res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual")
+        for wl in self.prof.bench.workloads:
+            lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels,
+                                 seed=self.seed * 100003 + n, **self._workload(wl))
+            if not self._add(res, lad, wl.label, should_prune):
+                break
+        res.wall_s = res.ready_s + sum(lv.duration_s for lv in res.levels)
+        return res
+
+    def _workload(self, wl: WorkloadSpec) -> dict[str, Any]:
+        """The ladder's requests: the workload's lengths, turns and (a dataset's) token ids."""
+        kw: dict[str, Any] = {"workload_kind": wl.kind, "input_len": wl.input_len, "output_len": wl.output_len,
+                              "prompts_per_level": wl.prompts_per_level, "min_prompts": wl.min_prompts,
+                              "shared_prefix_len": wl.shared_prefix_len, "range_ratio": wl.range_ratio,
+                              "turns": wl.turns}
+        if wl.kind == "scenarios":
+            kw["draw"] = next(iter(wl.scenarios.values())).draw
+        if wl.kind in DATASETS:
+            from tunectl.runners.clients.datasets import tokenized
+            from tunectl.runners.clients.prompts import make_prompts
+
+            convs = tokenized(wl, engine(self.prof).tokenizer(self.prof))
+            kw["conversations"] = lambda c, num: [[(p.ids, p.output_len) for p in head.turns()]
+                                                  for head in make_prompts(wl, num, c, convs)]
+        return kw
+
+    def _add(self, res: TrialResult, lad: Any, label: str,
+             should_prune: Callable[[LevelResult], bool] | None) -> bool:
+        """The ladder's levels into the trial; False when the trial ends here (a crash or a prune)."""
         watcher = read_log(lad)
-        res.server_facts = dict(watcher.facts)
+        if not res.levels:
+            res.ready_s, res.server_facts = lad.startup_s, dict(watcher.facts)
         if lad.startup_crash is not None:
             res.status, res.crash = "crashed", watcher.crash_info("startup", None, KILLED)
-            return res
+            return False
         for lv in lad.levels:
             if lv.output_throughput is None:
                 res.crash = watcher.crash_info("load", lv.concurrency, KILLED)
-                res.levels.append(LevelResult(lv.concurrency, "crashed", wl.label, crash=res.crash))
+                res.levels.append(LevelResult(lv.concurrency, "crashed", label, crash=res.crash))
                 res.status = "crashed"
-                break
-            out = LevelResult(lv.concurrency, "ok", wl.label, completed=lv.completed, duration_s=lv.duration_s,
+                return False
+            out = LevelResult(lv.concurrency, "ok", label, completed=lv.completed, duration_s=lv.duration_s,
                               metrics={"output_throughput": lv.output_throughput,
                                        "mean_ttft_ms": lv.mean_ttft_ms, "p99_ttft_ms": lv.p99_ttft_ms})
             res.levels.append(out)
             if should_prune is not None and should_prune(out):
                 res.status = "pruned"
-                break
-        res.wall_s = lad.startup_s + sum(lv.duration_s for lv in res.levels)
-        return res
+                return False
+        return True
 
 
     def capacity(self, n: int, params: dict[str, Any], role: str, flags: dict[str, Any], env: dict[str, str],

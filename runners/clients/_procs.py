@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tunectl.runners.clients._share import ShareResult, run_share
-from tunectl.runners.clients.prompts import Prompt, PromptStream
+from tunectl.runners.clients.prompts import Prompt, PromptStream, count_requests
 from tunectl.runners.clients.steady import Control, Cycle
 
 _CTX = mp.get_context("forkserver")
@@ -68,8 +68,7 @@ def _split(prompts: list[Prompt], concurrency: int, procs: int) -> list[tuple[li
 
 def _stream_split(stream: PromptStream, concurrency: int, procs: int) -> list[tuple[PromptStream, int]]:
     conc = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    return [(PromptStream(stream.spec, stream.salt, i, stream.limit * conc[i] // concurrency + 1), conc[i])
-            for i in range(procs)]
+    return [(stream.split(i, stream.limit * conc[i] // concurrency + 1), conc[i]) for i in range(procs)]
 
 
 def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt] | PromptStream, concurrency: int,
@@ -88,7 +87,7 @@ def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt]
                                   results, enough, cycles)) for i, (part, conc) in enumerate(parts)]
     for w in workers:
         w.start()
-    report = _Reporter(progress, counters, len(prompts) if isinstance(prompts, list) else 0)
+    report = _Reporter(progress, counters, count_requests(prompts) if isinstance(prompts, list) else 0)
     got = _collect(workers, results, stop, should_abort, report, _Steer(control, cycles, enough, counters))
     aborted = should_abort()
     _reap(workers, 0.2 if aborted else 5.0)

@@ -133,11 +133,12 @@ class _Share:
         self.started = 0
         self.res = ShareResult(records=[], t0=0.0, t_end=0.0)
 
-    def _next(self) -> Prompt | None:
+    def _next(self, follow: Prompt | None = None) -> Prompt | None:
+        """`follow`: the next turn of the stream's conversation, sent before a new conversation is taken."""
         if self.res.server_gone or not self.more(self.started):
             return None
         try:
-            p = self.source()
+            p = follow if follow is not None else self.source()
         except StopIteration:
             return None
         if p is not None:
@@ -155,7 +156,8 @@ class _Share:
 
     async def worker(self, session: aiohttp.ClientSession) -> None:
         prev: ReqRecord | None = None
-        while (p := self._next()) is not None:
+        follow: Prompt | None = None
+        while (p := self._next(follow)) is not None:
             rec = ReqRecord(input_len=p.input_len)
             self.res.records.append(rec)
             self._cycle(prev, time.perf_counter())
@@ -167,7 +169,7 @@ class _Share:
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 rec.error = f"{type(e).__name__}: {e}"[:300]
             self._count(rec)
-            prev = rec
+            prev, follow = rec, p.then if rec.success else None
         if prev is not None:                # the stream's last request: its own time, not the drain's idle tail
             self._cycle(prev, prev.start + prev.latency)
 

@@ -4,7 +4,8 @@ Public API:
 - `bench_serving_argv(python, base_url, backend, model, tokenizer, workload, num_prompts, concurrency,
   output_file, seed, *, host=None, port=None, module="sglang.bench_serving") -> list[str]`: an argv list
   (never a shell string). random / long_prompt use `--dataset-name random-ids` (no dataset download, only a
-  tokenizer); shared_prefix uses `generated-shared-prefix` with one prompt group. `--request-rate inf` +
+  tokenizer); shared_prefix uses `generated-shared-prefix` with one prompt group; sharegpt `--dataset-name sharegpt
+  --dataset-path` with the workload's file, copied into the trial directory on the server's host. `--request-rate inf` +
   `--max-concurrency` is a closed loop of `concurrency` streams, as in a tunectl level.
 - `parse_result_jsonl(text) -> dict`: the `--output-file` line (Python's json reads its `Infinity`/`NaN`);
   the last non-empty line wins (the client appends one line per run).
@@ -26,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunectl import datasets
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
 from tunectl.runners.hosts.base import LOOPBACK
@@ -35,6 +37,8 @@ __all__ = ["CLIENT", "BenchServingClient", "BenchServingOutcome", "bench_serving
 
 
 def _dataset_args(w: WorkloadSpec, num_prompts: int) -> list[str]:
+    if w.kind == "sharegpt":           # the same file the built-in client reads (the profile checks it is single-turn)
+        return ["--dataset-name", "sharegpt", "--dataset-path", str(w.path)]
     if w.kind == "shared_prefix":
         return ["--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "1",
                 "--gsp-prompts-per-group", str(num_prompts), "--gsp-system-prompt-len", str(w.shared_prefix_len),
@@ -175,8 +179,14 @@ class BenchServingClient:
         name = f"c{concurrency}" if rate is None else f"r{rate:.4g}"
         out_file = f"{target.out_dir}/bench-{workload.label}-{name}.jsonl"
         wall_rate = None if rate is None else rate / target.time_scale     # its clock is the wall's
-        argv = bench_serving_argv(target.python, target.host_url, target.backend, target.model, target.tokenizer,
-                                  workload, num_prompts, concurrency, out_file, workload.seed, request_rate=wall_rate)
+        if workload.kind == "sharegpt" and workload.path:
+            num_prompts = min(num_prompts, len(datasets.read("sharegpt", workload.path)))   # it never repeats one
+            there = f"{target.out_dir}/dataset-{workload.label}.json"
+            target.runner.put(workload.path, there)
+            workload = workload.model_copy(update={"path": there})
+        argv = bench_serving_argv(target.python, target.host_url, target.backend, target.model,
+                                  workload.tokenizer or target.tokenizer, workload, num_prompts, concurrency,
+                                  out_file, workload.seed, request_rate=wall_rate)
         t0 = time.monotonic()
         env = {"HF_HUB_OFFLINE": "1", "no_proxy": LOOPBACK, "NO_PROXY": LOOPBACK}   # never the hub, never a proxy
         res = target.runner.run(argv, timeout=target.level_timeout_s, env=env)

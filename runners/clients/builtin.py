@@ -34,10 +34,12 @@ from typing import Any, Literal
 import numpy as np
 
 from tunectl.profile import WorkloadSpec
+from tunectl.workloads import DATASETS
 from tunectl.runners.clients._share import MAX_ERRORS, ShareResult, run_share
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
 from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics, slo_metrics
-from tunectl.runners.clients.prompts import Prompt, PromptStream, make_prompts, warmup_prompts
+from tunectl.runners.clients.datasets import tokenized
+from tunectl.runners.clients.prompts import Prompt, PromptStream, count_requests, make_prompts, warmup_prompts
 from tunectl.runners.clients.steady import Control, StopRule, steady, steady_window
 
 __all__ = ["CLIENT", "METRIC_KEYS", "BuiltinClient", "LevelMetrics", "StopRule", "auto_processes", "run_level"]
@@ -62,15 +64,22 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
               time_scale: float = 1.0, request_timeout_s: float = 600.0,
               progress: Callable[[dict[str, Any]], None] | None = None,
               processes: int | Literal["auto"] = "auto", abort: Abort = None,
-              rule: StopRule | None = None, isolate: bool = False, slo: dict[str, float] | None = None) -> LevelMetrics:
+              rule: StopRule | None = None, isolate: bool = False, slo: dict[str, float] | None = None,
+              tokenizer: str | None = None) -> LevelMetrics:
     """Without `rule`: exactly `num_prompts` requests. With one: requests keep coming until the rule says the
     steady window is measured (at least `rule.min_prompts`), then the ones in flight finish. `isolate`: stream
-    from worker processes even when one is enough (never in this process)."""
+    from worker processes even when one is enough (never in this process). `tokenizer`: a dataset workload's,
+    unless the workload names its own."""
     should_abort = _abort_fn(abort)
     procs = auto_processes(concurrency) if processes == "auto" else max(1, int(processes))
     procs = max(1, min(procs, concurrency, num_prompts))
-    prompts: list[Prompt] | PromptStream = make_prompts(workload, num_prompts, salt=concurrency) if rule is None \
-        else PromptStream(workload, concurrency, limit=rule.max_prompts)
+    try:
+        convs = tokenized(workload, tokenizer or "") if workload.kind in DATASETS else None
+    except Exception as e:     # noqa: BLE001 -- a tokenizer that cannot load fails the level with its reason
+        return LevelMetrics(concurrency, num_prompts, workload.label, failed=num_prompts, errors=[
+            f"workload {workload.label}: tokenizer {workload.tokenizer or tokenizer!r} cannot load: {e}"[:300]])
+    prompts: list[Prompt] | PromptStream = make_prompts(workload, num_prompts, concurrency, convs) \
+        if rule is None else PromptStream(workload, concurrency, limit=rule.max_prompts, convs=convs)
     out = LevelMetrics(concurrency, num_prompts, workload.label, processes=procs)
     wall0 = time.perf_counter()
     warm = asyncio.run(run_share(base_url, backend, model, warmup_prompts(workload), 1, request_timeout_s,
@@ -105,7 +114,7 @@ def _single(base_url: str, backend: str, model: str, prompts: list[Prompt] | Pro
             control: Control | None) -> ShareResult:
     counters = [0, 0, 0, 0]
     stop = threading.Event()
-    total = len(prompts) if isinstance(prompts, list) else 0
+    total = count_requests(prompts) if isinstance(prompts, list) else 0
     reporter = _start_reporter(progress, lambda: counters, total, stop)
     more = (lambda started: not control.done(started)) if control is not None else None
     try:
@@ -182,7 +191,7 @@ class BuiltinClient:
         return run_level(target.base_url, concurrency, workload, num_prompts, backend=target.backend,
                          model=target.model, time_scale=target.time_scale,
                          request_timeout_s=target.request_timeout_s, progress=progress, abort=abort, rule=rule,
-                         isolate=target.relayed, slo=target.slo)
+                         isolate=target.relayed, slo=target.slo, tokenizer=target.tokenizer)
 
     def run_open(self, target: Target, workload: WorkloadSpec, load: OpenLoad, *,
                  progress: Progress | None = None, abort: Abort = None) -> LevelMetrics:

@@ -113,14 +113,15 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
 def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     """Table of all trials of a study."""
     from tunectl.reports.data import fmt_params, load_study
-    from tunectl.reports.tables import trial_rows
+    from tunectl.reports.tables import trial_rows, workload_columns
 
     store = _store(study, root)
     rows = trial_rows(load_study(store))
+    labels = workload_columns(rows)           # several workloads: each one's best stable tok/s
     tab = Table(title=f"{store.name}: {len(rows)} trials")
-    for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", "at c", "max stable c", "crash"):
-        tab.add_column(col, justify="right" if col in ("#", "tok/s", "at c", "max stable c") else "left",
-                       overflow="fold")
+    for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", *labels, "at c", "max stable c", "crash"):
+        tab.add_column(col, justify="left" if col in ("role", "status", "key flags (vs baseline)", "crash") else
+                       "right", overflow="fold")
     style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan"}
     for r in rows:
         flags = fmt_params(r["key_flags"]) or "(as baseline)"
@@ -128,7 +129,8 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
         where = "startup" if r["crashed_at"] is None else f"c={r['crashed_at']}"
         crash = f"{r['crash_class']} @{where}" if r["crash_class"] else ""
         tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
-                    f"{r['output_throughput']:,.0f}", str(r["peak_concurrency"] or "-"),
+                    f"{r['output_throughput']:,.0f}", *(f"{r['per_workload'].get(w, 0.0):,.0f}" for w in labels),
+                    str(r["peak_concurrency"] or "-"),
                     str(r["max_stable_concurrency"]), crash)
     show_table(tab, keep=("role", "status"))
 
