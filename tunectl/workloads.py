@@ -131,7 +131,7 @@ def bench_serving_reads(w: WorkloadSpec) -> bool:
     """What `sglang.bench_serving` can send as this workload (single-turn data, synthetic kinds)."""
     if w.kind == "sharegpt":
         return not w.multi_turn and not w.chat_template
-    return w.kind in ("random", "shared_prefix", "long_prompt") and w.turns == 1
+    return w.kind in ("random", "shared_prefix", "long_prompt", "trace") and w.turns == 1   # trace: docs/load.md
 
 
 def check_files(workloads: list[WorkloadSpec], folder: Path, source: str) -> None:

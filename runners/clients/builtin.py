@@ -36,8 +36,8 @@ import numpy as np
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients._share import MAX_ERRORS, ShareResult, run_share
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
-from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics, slo_metrics
 from tunectl.runners.clients.datasets import tokenized
+from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics, slo_metrics
 from tunectl.runners.clients.prompts import Prompt, PromptStream, count_requests, make_prompts, warmup_prompts
 from tunectl.runners.clients.steady import Control, StopRule, steady, steady_window
 from tunectl.workloads import DATASETS
