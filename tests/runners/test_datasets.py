@@ -151,3 +151,16 @@ def test_the_real_bench_serving_reads_the_same_sharegpt_file(server: Server, tmp
     assert real.ok and ours.ok, real.errors
     got, want = real.metrics["total_output_tokens"], ours.metrics["total_output_tokens"]
     assert abs(got - want) <= 0.02 * want
+
+
+def test_both_clients_on_a_data_profile_leave_bench_serving_what_it_reads(tmp_path: Path) -> None:
+    from tunectl.commands.sweep import with_clients
+    from tunectl.errors import UsageError
+
+    prof = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "sim-glm5-chat.yaml")
+    got = [w.label for w in with_clients(prof, "builtin,bench_serving").bench.workloads]
+    assert got == ["chat@builtin", "sharegpt@builtin", "sharegpt@bench_serving", "random@builtin",
+                   "random@bench_serving"]
+    chat_only = load_profile(_profile(tmp_path, {"kind": "jsonl", "path": str(CHAT), "multi_turn": True}))
+    with pytest.raises(UsageError, match="sends none of this profile's workloads"):
+        with_clients(chat_only, "bench_serving")

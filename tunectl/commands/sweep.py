@@ -184,12 +184,19 @@ def parse_sets(prof: Profile, sets: list[str]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- rendering
 def with_clients(prof: Profile, text: str) -> Profile:
-    """The profile with each workload measured by each named client, on the same launch."""
+    """The profile with each workload measured by each named client, on the same launch; a workload that
+    sglang.bench_serving cannot send (jsonl, multi-turn, scenarios) by the others only."""
+    from tunectl.workloads import bench_serving_reads
+
     clients = [c.strip() for c in text.split(",") if c.strip()]
     bad = [c for c in clients if c not in CLIENTS]
     if bad or not clients:
         raise UsageError(f"--client: {text!r}: valid clients: {', '.join(CLIENTS)} (comma-separated)")
-    workloads = [w.model_copy(update={"client": c}) for w in prof.bench.workloads for c in clients]
+    workloads = [w.model_copy(update={"client": c}) for w in prof.bench.workloads for c in clients
+                 if c != "bench_serving" or bench_serving_reads(w)]
+    if not workloads:
+        raise UsageError(f"--client: {text!r}: sglang.bench_serving sends none of this profile's workloads "
+                         "(it reads random, shared_prefix, long_prompt, single-turn sharegpt and trace); add builtin")
     return prof.model_copy(update={"bench": prof.bench.model_copy(update={"workloads": workloads})})
 
 
