@@ -12,7 +12,8 @@
 Offsets are in the server's clock: modeled seconds, sent at `offset x target.time_scale` wall seconds after the
 level starts. Each request's send time is recorded beside its due time: the level reports `max_lateness_ms` and
 `p99_lateness_ms` (modeled ms, like every latency) and `late_requests`, the requests sent later than
-`max(LATE_FLOOR_MS wall, LATE_SHARE x their offset)`; any such request flags the level client_bound. The metric keys
+`max(LATE_FLOOR_MS wall, LATE_SHARE x their offset)`; any such request flags the level client_bound, as does an
+event loop that woke late (p99 lag over the built-in client's LAG_BOUND_MS: it read the streams late). The metric keys
 are `sglang.bench_serving`'s, with `request_rate` the rate asked for (a trace: its mean rate at the speed-up) and,
 when the target has SLO limits, `slo_attainment` and `goodput` (tunectl.goodput).
 """
@@ -32,7 +33,7 @@ from tunectl.goodput import arrival_times
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients._share import MAX_ERRORS, _one
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
-from tunectl.runners.clients.builtin import _abort_fn
+from tunectl.runners.clients.builtin import LAG_BOUND_MS, _abort_fn
 from tunectl.runners.clients.metrics import ReqRecord, compute_metrics, slo_metrics
 from tunectl.runners.clients.prompts import Prompt, make_prompts, warmup_prompts
 
@@ -55,6 +56,7 @@ class OpenRun:
     errors: list[str] = field(default_factory=list)
     aborted: bool = False
     server_gone: bool = False
+    lag_ms: list[float] = field(default_factory=list)   # event-loop oversleep samples (reading streams late)
 
 
 def schedule(workload: WorkloadSpec, load: OpenLoad) -> list[tuple[float, Prompt]]:
@@ -101,6 +103,7 @@ async def drive(target: Conn, plan: list[tuple[float, Prompt]], cap: int | None,
             return run
         tasks: list[asyncio.Task[None]] = []
         run.t0 = time.perf_counter()
+        watch = asyncio.create_task(_watch_lag(run))
         for offset, p in plan:
             due = run.t0 + offset * target.time_scale
             while (delay := due - time.perf_counter()) > 0 and not should_abort():
@@ -119,12 +122,21 @@ async def drive(target: Conn, plan: list[tuple[float, Prompt]], cap: int | None,
                     t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         run.t_end = time.perf_counter()
+        watch.cancel()
     for s in run.sent:
         if not s.rec.success and not s.rec.error:
             s.rec.error = "aborted"
         if s.rec.error and len(run.errors) < MAX_ERRORS:
             run.errors.append(s.rec.error)
     return run
+
+
+async def _watch_lag(run: OpenRun) -> None:
+    """How late this loop wakes up: a busy loop reads streams late, and its latencies read high."""
+    while True:
+        t = time.perf_counter()
+        await asyncio.sleep(0.01)
+        run.lag_ms.append(max(0.0, (time.perf_counter() - t - 0.01) * 1000))
 
 
 async def _request(session: aiohttp.ClientSession, target: Conn, p: Prompt, rec: ReqRecord, counters: Any,
@@ -220,6 +232,7 @@ def _fill(out: LevelMetrics, run: OpenRun, target: Target, rate: float, load: Op
         if target.slo:
             out.metrics.update(slo_metrics(records, target.slo, out.num_prompts, duration, scale))
     late = int(out.metrics.get("late_requests", 0))
-    out.client = {"late_requests": late, "processes": 1}
-    out.client_bound = late > 0
+    lag99 = float(np.percentile(run.lag_ms, 99)) if run.lag_ms else 0.0
+    out.client = {"late_requests": late, "loop_lag_p99_ms": lag99, "processes": 1}
+    out.client_bound = late > 0 or lag99 > LAG_BOUND_MS
     out.sends = [(s.due - run.t0, s.sent - run.t0) for s in run.sent]
