@@ -8,7 +8,10 @@ after trial 10 spent on configs that crash. Targets: median <= 12 trials, >= 2x 
 waste, on every card. Runs are spread over `--jobs` processes (default 2).
 
     python bench/search_efficiency.py [--profiles all|P1,P2] [--seeds 10] [--trials 40] [--first-seed 0]
-        [--samplers tpe,random] [--target TOK_S | --scan] [--jobs 2]
+        [--samplers tpe,random] [--target TOK_S | --scan] [--jobs 2] [--parallel 4]
+
+`--parallel N`: each sampler also with N trials in flight (the parallel loop of `tunectl search --parallel`, each
+virtual trial held for its modelled duration x PACE), its rows named `tpe xN` beside the sequential ones.
     python bench/search_efficiency.py --warm-start 0.5.17 [--profiles profiles/sim-glm5.yaml] [--seeds 10]
         [--old-trials 40] [--trials 40]      # warm vs cold start after an upgrade (bench/warm_start.py)
 """
@@ -84,8 +87,22 @@ def card_best(path: str, pool: Any, jobs: int, seeds: int = 2) -> tuple[float, d
     return value, where, sum(p[2] for p in parts) / max(1, len(configs)), len(configs)
 
 
-def one_run(job: tuple[str, str, int, int, float, bool]) -> dict[str, Any]:
-    path, sampler, seed, trials, target, keep_try_first = job
+PACE = 0.0005        # wall seconds per modelled second of a trial, when trials run in parallel
+
+
+def paced(evaluate: VirtualEvaluator) -> Any:
+    """The virtual trial held for its modelled duration (scaled down): parallel trials end in the order and
+    overlap a live study's would, so the sampler proposes with the others still in flight."""
+    def run(n: int, params: dict[str, Any], role: str, prune: Any) -> Any:
+        res = evaluate(n, params, role, prune)
+        time.sleep((res.wall_s or 0.0) * PACE)
+        return res
+
+    return run
+
+
+def one_run(job: tuple[str, str, int, int, float, bool, int]) -> dict[str, Any]:
+    path, sampler, seed, trials, target, keep_try_first, parallel = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     p = load_profile(path)
     if not keep_try_first:
@@ -95,7 +112,9 @@ def one_run(job: tuple[str, str, int, int, float, bool]) -> dict[str, Any]:
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as root:
         url = f"memory:{path}:{sampler}:{seed}"        # the loop's storage calls, without SQLite's cost
-        run_search(p, trials=trials, root=root, evaluate=VirtualEvaluator(p, seed), seed=seed, storage_url=url)
+        evaluate = VirtualEvaluator(p, seed)
+        run_search(p, trials=trials, root=root, evaluate=paced(evaluate) if parallel > 1 else evaluate, seed=seed,
+                   storage_url=url, parallel=parallel)
         every = optuna.load_study(study_name=p.name, storage=open_storage(url)).trials
     ordered = [t for t in every if t.user_attrs.get("role") in ("search", "baseline")
                and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
@@ -118,7 +137,7 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
 
 def print_card(name: str, target: float, rows: dict[str, dict[str, Any]], seeds: int) -> None:
     print(f"\n{name}: best stable {target:,.0f} tok/s, 95% = {0.95 * target:,.0f}")
-    head = (f"  {'sampler':8} {'median to 95%':>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
+    head = (f"  {"sampler":8} {"median to 95%":>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
             f"{'mean best':>9} {'repairs':>7} {'vetoed':>6} {'cpu':>5}  trials to 95% per seed")
     print(head + "\n  " + "-" * (len(head) - 2))
     rand = rows.get("random", {}).get("median")
@@ -178,6 +197,8 @@ def main() -> None:
                     help="keep the profiles' search.try_first configs (default: the search on its own)")
     ap.add_argument("--scan-only", action="store_true", help="print each profile's best stable config and stop")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument("--parallel", type=int, default=1, help="trials in flight at once (tunectl search --parallel): "
+                    "the sequential run and this one side by side")
     ap.add_argument("--warm-start", metavar="VERSION", default=None,
                     help="warm vs cold start after moving the profile (default: sim-glm5) to this SGLang version "
                     "(bench/warm_start.py)")
@@ -196,13 +217,15 @@ def main() -> None:
         if args.scan_only:
             return
         seeds = range(args.first_seed, args.first_seed + args.seeds)
-        jobs = [(p, s, seed, args.trials, goal[p], args.with_try_first)
-                for p in paths for s in args.samplers.split(",") for seed in seeds]
+        widths = sorted({1, args.parallel})
+        jobs = [(p, s, seed, args.trials, goal[p], args.with_try_first, w)
+                for p in paths for s in args.samplers.split(",") for seed in seeds for w in widths]
         runs = pool.map(one_run, jobs, chunksize=1)
     results: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}
     for path in paths:
-        rows = {s: summarize([r for j, r in zip(jobs, runs) if j[0] == path and j[1] == s], args.trials)
-                for s in args.samplers.split(",")}
+        rows = {s + ("" if w == 1 else f" x{w}"): summarize([r for j, r in zip(jobs, runs) if j[0] == path and
+                                                             j[1] == s and j[6] == w], args.trials)
+                for s in args.samplers.split(",") for w in widths}
         results[load_profile(path).server.sim.card] = (goal[path], rows)
         print_card(Path(path).name, goal[path], rows, args.seeds)
     print_summary(results, args.trials, time.monotonic() - t0)

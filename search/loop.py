@@ -151,22 +151,37 @@ class SearchLoop:
 
     # ------------------------------------------------------------------------------------------ one trial
 
-    def _ask(self) -> optuna.trial.Trial:
-        """Ask, and record at once which host holds the trial (resume finds its orphans by this)."""
+    def _ask(self, key: str | None = None) -> optuna.trial.Trial:
+        """Ask, and record at once which host (slot) holds the trial (resume finds its orphans by this)."""
         trial = self.study.ask()
-        trial.set_user_attr(HOST_ATTR, self.host_key)
+        trial.set_user_attr(HOST_ATTR, key or self.host_key)
         return trial
 
     def run_one(self, trial: optuna.trial.Trial) -> str:
+        begun = self.begin(trial)
+        if begun is None:
+            return "duplicate"
+        params, role = begun
+        pruner = self.pruner(trial, role)
+        self.state.set(trial.number)
+        result = self.evaluate(trial, params, role, pruner, self.hooks.evaluate)
+        self.state.clear()
+        return self.finish(trial, params, role, result, pruner)
+
+    def begin(self, trial: optuna.trial.Trial) -> tuple[dict[str, Any], str] | None:
+        """The trial's params and role, announced; None for a duplicate proposal (told without running)."""
         params = suggest(trial, self.prof.search)
         role = str(trial.user_attrs.get("role", "search"))
         if "role" not in trial.user_attrs:
             trial.set_user_attr("role", role)
         if role == "search" and self._duplicate(trial, params):
-            return "duplicate"
-        self.emit("trial_start", n=trial.number, params=params, role=role,
+            return None
+        self.emit("trial_start", n=trial.number, params=params, role=role, slot=trial.user_attrs.get(HOST_ATTR),
                   done=sum(counted(t) for t in self.trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)))
-        result, pruner = self._evaluate(trial, params, role)
+        return params, role
+
+    def finish(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str, result: TrialResult,
+               pruner: Any) -> str:
         verdict = judge(result, self.prof, int(trial.user_attrs.get("infra_tries", 0)),
                         int(trial.user_attrs.get("flaky_tries", 0)))
         self.tell(trial, verdict)
@@ -177,21 +192,24 @@ class SearchLoop:
                   constraints=verdict.constraints, result=result, best=self.best_value())
         return verdict.state.name
 
-    def _evaluate(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str) -> tuple[TrialResult, Any]:
+    def pruner(self, trial: optuna.trial.Trial, role: str) -> Any:
         planned = [(w.label, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
         pruner = make_pruner(self.prof.search.pruning, self.study, trial if role == "search" else None, planned)
         if role != "search" or self.prof.objective.mode == "goodput" or self.prof.bench.rates:
             # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder
             pruner.cfg = pruner.cfg.model_copy(update={"enabled": False})
-        self.state.set(trial.number)
+        return pruner
+
+    def evaluate(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str, pruner: Any,
+                 evaluate: Evaluate) -> TrialResult:
+        """Run the trial under its heartbeat (thread-safe: a parallel loop calls it from one thread per slot)."""
         started = time.monotonic()
         with Heartbeat(self.study._storage, trial._trial_id, self.heartbeat_s):
-            result = self.hooks.evaluate(trial.number, params, role, pruner)
-        self.state.clear()
+            result = evaluate(trial.number, params, role, pruner)
         if result.status == "pruned" and not result.saved_s:
             result.saved_s = pruner.saved_s()
         result.wall_s = result.wall_s or time.monotonic() - started
-        return result, pruner
+        return result
 
     def _duplicate(self, trial: optuna.trial.Trial, params: dict[str, Any]) -> bool:
         key = config_key(params)
@@ -273,6 +291,10 @@ class SearchLoop:
             if lock:
                 lock.release()
         self.emit("finalists", picks=[t.number for t in picks], reruns=reruns)
+        self.drain()
+
+    def drain(self) -> None:
+        """Run what is queued (the finalists' reruns)."""
         while self._waiting():
             optuna.storages.fail_stale_trials(self.study)
             trial = self._ask()

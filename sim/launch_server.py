@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 from tunectl.sim import args as sim_args
+from tunectl.sim import gpus as sim_gpus
 from tunectl.sim.card import load_card
 from tunectl.sim.engine import Engine
 from tunectl.sim.http import Api
@@ -130,6 +131,10 @@ def _spawn_child(st: State) -> None:
 async def serve(st: State) -> None:
     ns, scale = st.ns, ns_scale(st.ns)
     _spawn_child(st)
+    refused = sim_gpus.claim(dict(os.environ), _gpus_needed(ns))
+    if refused is not None:
+        st.log("Init torch distributed begin.")
+        st.die("startup", refused, "startup")
     await run_startup(st, scale)
     st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash)
     loop_task = asyncio.create_task(st.engine.run())
@@ -150,6 +155,15 @@ async def serve(st: State) -> None:
     st.log("The server is fired up and ready to roll!")
     await loop_task
     await asyncio.Event().wait()
+
+
+def _gpus_needed(ns: Any) -> int:
+    """GPUs one server spans: tensor x pipeline parallel (data parallel replicas too, without DP attention)."""
+    v = vars(ns)
+    tp = v.get("tensor_parallel_size") or v.get("tp_size") or 1
+    pp = v.get("pipeline_parallel_size") or v.get("pp_size") or 1
+    dp = v.get("data_parallel_size") or v.get("dp_size") or 1
+    return int(tp) * int(pp) * (1 if v.get("enable_dp_attention") else int(dp))
 
 
 def ns_scale(ns: Any) -> float:

@@ -41,6 +41,10 @@ class Engine:
         """Environment that carries the patches to the server (none: they are applied on the host)."""
         return {}
 
+    def gpu_env(self, prof: Profile) -> dict[str, str]:
+        """Environment beside CUDA_VISIBLE_DEVICES (the stand-in: where its box's GPU claims live)."""
+        return {}
+
     def tokenizer(self, prof: Profile) -> str:
         """The tokenizer a client that needs one (sglang.bench_serving) loads: the profile's, else the model's."""
         return prof.model.tokenizer or prof.model.path
@@ -73,6 +77,10 @@ class Sim(Engine):
 
     def patch_env(self, patches: list[str]) -> dict[str, str]:
         return {"TUNECTL_SIM_PATCHES": ",".join(patches)}
+
+    def gpu_env(self, prof: Profile) -> dict[str, str]:
+        """Servers given GPUs claim them in one folder of the host's workdir (sim/gpus.py): two on one GPU fail."""
+        return {} if prof.host.gpus is None else {"TUNECTL_SIM_GPU_DIR": f"{prof.host.workdir}/sim-gpus"}
 
     def tokenizer(self, prof: Profile) -> str:
         """The profile's, else the stand-in's own (its cards' models are names, not folders on disk)."""

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tunectl.redact import SECRET_FLAGS
 from tunectl.workloads import WorkloadSpec, bench_serving_reads, check_files
@@ -38,9 +38,14 @@ class HostSpec(Strict):
     ssh_config: str | None = None         # default ~/.ssh/config
     connect_timeout_s: float = 15.0
     workdir: str = "/tmp/tunectl"         # trial directories live under here on the host
-    gpus: list[int] | None = None         # CUDA_VISIBLE_DEVICES; None = all
+    gpus: list[int] | None = None         # the GPUs tunectl may use (CUDA_VISIBLE_DEVICES); a count N = 0..N-1
     gpu_clean_mib: int = 1024             # a GPU using more than this before launch = dirty host
     min_free_disk_gb: float = 5.0
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _count_is_ids(cls, v: Any) -> Any:
+        return list(range(v)) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else v
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> HostSpec:
@@ -78,7 +83,8 @@ class ServerSpec(Strict):
     python: str | None = None
     sglang_version: str = "0.5.9"
     host: str = "127.0.0.1"
-    port: int = Field(30000, ge=1024, le=65535)
+    port: int = Field(30000, ge=1024, le=65535)       # slot i of a host: port + i x 10 (docs/parallel.md)
+    gpus_per_trial: int | None = Field(None, ge=1)    # None: from tp-size x dp-size x pp-size (docs/parallel.md)
     flags: dict[str, Any] = Field(default_factory=dict)   # SGLang flag names without dashes
     # Flags that go on the command line (an argv list, never shell text) instead of into the --config file:
     # SGLang's config parser rejects options whose destination a deprecated alias shares
@@ -275,6 +281,7 @@ class Profile(Strict):
     description: str = ""
     model: ModelSpec
     host: HostSpec = Field(default_factory=HostSpec)
+    hosts: list[HostSpec] = Field(default_factory=list)   # several hosts, one study (docs/parallel.md)
     server: ServerSpec = Field(default_factory=ServerSpec)
     search: SearchSpec = Field(default_factory=SearchSpec)
     bench: BenchSpec = Field(default_factory=BenchSpec)

@@ -6,7 +6,6 @@ the console.
 from __future__ import annotations
 
 import contextlib
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -19,22 +18,23 @@ from tunectl import identity, redact, versions, warmstart
 from tunectl.crashes.catalog import CATALOG_VERSION
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
-from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS
 from tunectl.search import finalists as fin
+from tunectl.parallel import Fleet
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
+from tunectl.search.parallel import ParallelLoop
 from tunectl.search.sampler import make_sampler
 from tunectl.search.study import (
     HEARTBEAT_S,
     HostState,
     WorkerLock,
-    claim_host,
     default_storage_url,
     open_storage,
     recover,
 )
 from tunectl.storage import held_in_memory, storage_errors, storage_url_for
+from tunectl.slots import hosts_of
 from tunectl.store import DEFAULT_ROOT, StudyStore, read_json
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -64,11 +64,6 @@ class SearchOutcome:
         return asdict(self)
 
 
-def host_key(prof: Profile, runner_name: str) -> str:
-    gpus = ",".join(str(g) for g in prof.host.gpus) if prof.host.gpus is not None else "all"
-    return f"{runner_name}:gpus={gpus}"
-
-
 def make_runner(prof: Profile) -> Any:
     if prof.host.kind == "ssh":
         from tunectl.runners.hosts.ssh import SSHRunner
@@ -77,46 +72,6 @@ def make_runner(prof: Profile) -> Any:
     from tunectl.runners.hosts.local import LocalRunner
 
     return LocalRunner()
-
-
-def _engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event | None) -> Evaluate:
-    from tunectl.trial import TrialContext, run_trial
-
-    ctx = TrialContext(prof, runner, store)
-    # A finalist's rerun is a fresh launch driven through the upper half of the ladder: where load-dependent
-    # crashes fire and where the best level lies; the low levels confirm nothing new.
-    levels = prof.bench.levels
-    confirm = TrialContext(prof, runner, store, levels=levels[len(levels) // 2:] if len(levels) > 3 else None)
-
-    def evaluate(n: int, params: dict[str, Any], role: str,
-                 should_prune: Callable[[LevelResult], bool] | None) -> TrialResult:
-        relay = (lambda kind, data: on_event(kind, {"n": n, **data})) if on_event else None
-        return run_trial(confirm if role == "finalist" else ctx, n, params, role, relay, should_prune)
-
-    return evaluate
-
-
-def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) -> None:
-    """Tear down the server trial n left behind (by its recorded process group and run id, never by name)."""
-    from tunectl.runners.hosts.base import ProcHandle
-
-    launch = store.trial_dir(n) / "launch.json"
-    if not launch.exists():
-        return
-    plan = read_json(launch)
-    if not plan.get("run_id") or not plan.get("trial_dir"):
-        return
-    handle = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
-    raw = runner.read_file(handle.pgid_path).strip()
-    handle.pgid = int(raw) if raw.isdigit() else None
-    if not runner.group_processes(handle):
-        return
-    runner.signal_group(handle, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while runner.group_processes(handle) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if runner.group_processes(handle):
-        runner.signal_group(handle, signal.SIGKILL)
 
 
 def check_same_space(study: optuna.Study, prof: Profile) -> None:
@@ -184,39 +139,45 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
                storage_url: str | None = None, seed: int | None = None, on_event: Event | None = None,
                root: Path | str = DEFAULT_ROOT, evaluate: Evaluate | None = None, runner: Any = None,
                heartbeat_s: int = HEARTBEAT_S, warm_start: str | None = None,
-               in_memory: bool = False) -> SearchOutcome:
-    """The study, run to its winner. A runner it makes itself (none given, no `evaluate`) is closed on every
-    path out (SSH connections, port forwards); a runner given is the caller's to close. `in_memory`: the study
-    (on its default SQLite file) is held in memory while it runs and written once at the end (virtual-clock
-    studies: one worker, thousands of writes in seconds)."""
+               in_memory: bool = False, parallel: int | None = None) -> SearchOutcome:
+    """The study, run to its winner. Runners it makes itself (none given, no `evaluate`: one per host of the
+    profile) are closed on every path out (SSH connections, port forwards); a runner given is the caller's to
+    close. `parallel`: at most this many trials at once (default: one per GPU slot of the hosts, docs/parallel.md;
+    with an `evaluate`, 1). `in_memory`: the study (on its default SQLite file) is held in memory while it runs and
+    written once at the end (virtual-clock studies: one worker, thousands of writes in seconds)."""
+    args = (prof, trials, study_name, storage_url, seed, on_event, root, evaluate)
     if evaluate is not None or runner is not None:
-        return _run_search(prof, trials, study_name, storage_url, seed, on_event, root, evaluate, runner,
-                           heartbeat_s, warm_start, in_memory)
-    own = make_runner(prof)
+        return _run_search(*args, [runner] if runner is not None else [], heartbeat_s, warm_start, in_memory,
+                           parallel)
+    own: list[Any] = []
     try:
-        return _run_search(prof, trials, study_name, storage_url, seed, on_event, root, None, own, heartbeat_s,
-                           warm_start, in_memory)
+        for spec in hosts_of(prof):
+            own.append(make_runner(prof if spec is prof.host else prof.model_copy(update={"host": spec})))
+        return _run_search(*args, own, heartbeat_s, warm_start, in_memory, parallel)
     finally:
-        own.close()
+        for r in own:
+            r.close()
 
 
 def _run_search(prof: Profile, trials: int | None, study_name: str | None, storage_url: str | None,
                 seed: int | None, on_event: Event | None, root: Path | str, evaluate: Evaluate | None,
-                runner: Any, heartbeat_s: int, warm_start: str | None, in_memory: bool) -> SearchOutcome:
+                runners: list[Any], heartbeat_s: int, warm_start: str | None, in_memory: bool,
+                parallel: int | None) -> SearchOutcome:
     started = time.monotonic()
     name = study_name or prof.name
     store = StudyStore(name, root)
     ws = _load_warm(warm_start, name, prof, root, storage_url)
+    fleet = Fleet(prof, runners, store, evaluate, on_event, parallel)
     if evaluate is None:                         # the profile's own mistakes: before a study exists
-        preflight(prof, runner, on_event, CONFIG_CHECKS)
+        for host_prof, runner in fleet.hosts():
+            preflight(host_prof, runner, on_event, CONFIG_CHECKS)
     url = storage_url_for(storage_url) if storage_url else default_storage_url(store.dir)
     seed = prof.search.seed if seed is None else seed
     n_trials = trials or prof.search.trials
-    key = host_key(prof, runner.name if runner is not None else "virtual")
-    fp = identity.of_profile(prof, runner)
+    fp = identity.of_profile(*fleet.first())
     lock_dir = store.dir / "locks"
     with storage_errors(url):
-        host_lock = claim_host(url, lock_dir, name, key)
+        host_locks = fleet.claim(url, lock_dir, name)
     try:
         memory_of = store.dir / "study.db" if in_memory and not storage_url else None
         with _open_study(prof, url, name, seed, heartbeat_s, lock_dir, memory_of) as study:
@@ -227,17 +188,19 @@ def _run_search(prof: Profile, trials: int | None, study_name: str | None, stora
                 check_same_space(study, prof)
             before = recorded.get("trials")
             store.write_study({"kind": "search", "storage": redact.url(url), "profile": redact.profile(prof),
-                               "trials": n_trials, "seed": seed, "sampler": prof.search.sampler, "identity": fp})
-            hooks = Hooks(evaluate=evaluate or _engine(prof, runner, store, on_event),
-                          cleanup=(lambda n: stop_leftover(runner, store, n)) if runner is not None else None,
+                               "trials": n_trials, "seed": seed, "sampler": prof.search.sampler, "identity": fp,
+                               "slots": fleet.width})
+            hooks = Hooks(evaluate=lambda *a: fleet.evaluate_on(fleet.keys[0], *a),
+                          cleanup=fleet.cleanup if runners else None,
                           on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname),
                           repairs=lambda sig, text: versions.resolve_repairs(repairs_for(sig, text),
                                                                              CATALOG_VERSION,
                                                                              prof.server.sglang_version))
-            state = _resume(study, store, key, hooks, (before, n_trials))
+            states = _resume(study, store, fleet, hooks, (before, n_trials))
             if evaluate is None:                 # the host's state, once this study's leftovers are gone
-                preflight(prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
-            loop = SearchLoop(study, prof, hooks, key, state, heartbeat_s=heartbeat_s, seed=seed)
+                for host_prof, runner in fleet.hosts():
+                    preflight(host_prof, runner, on_event, tuple(n for n in HOST_CHECKS if n not in CONFIG_CHECKS))
+            loop = fleet.loop(study, hooks, states, heartbeat_s, seed)
             if ws is not None:
                 warmstart.begin(study, ws, hooks.lock)
             loop.ensure_baseline()
@@ -248,12 +211,15 @@ def _run_search(prof: Profile, trials: int | None, study_name: str | None, stora
                     on_event("prior", {"from": ws.study, "trials": added})
             loop.search(n_trials)
             loop.finalists()
+            if isinstance(loop, ParallelLoop):
+                loop.close()
             outcome = summarize(study, prof, loop, store, url, time.monotonic() - started)
             outcome.warm_start = warmstart.summary(study)
         store.write_best(outcome.to_dict())
         return outcome
     finally:
-        host_lock.release()
+        for lock in host_locks:
+            lock.release()
 
 
 def _load_warm(old: str | None, name: str, prof: Profile, root: Path | str,
@@ -283,16 +249,18 @@ def _open_study(prof: Profile, url: str, name: str, seed: int, heartbeat_s: int,
         yield study
 
 
-def _resume(study: optuna.Study, store: StudyStore, key: str, hooks: Hooks,
-            planned: tuple[int | None, int]) -> HostState:
-    """Recover what a dead worker left on this host and say what this run does with the study."""
-    state = HostState(store.dir / "hosts", key)
-    recovered = recover(study, key, state, hooks.cleanup)
+def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
+            planned: tuple[int | None, int]) -> dict[str, HostState]:
+    """Recover what a dead worker left on each slot and say what this run does with the study."""
+    states, recovered = {}, []
+    for key in fleet.keys:
+        states[key] = HostState(store.dir / "hosts", key)
+        recovered += recover(study, key, states[key], fleet.cleanup_for(key))
     for n in recovered:
         close_interrupted(store, n)
     if hooks.on_event:
-        hooks.on_event("resume", resume_info(study, recovered, *planned))
-    return state
+        hooks.on_event("resume", resume_info(study, sorted(recovered), *planned))
+    return states
 
 
 def _launch_of(store: StudyStore, n: int) -> dict[str, Any]:

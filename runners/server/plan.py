@@ -70,6 +70,7 @@ def server_env(prof: Profile, run_id: str, trial_dir: str, patches: list[str], k
                 "TMPDIR": f"{trial_dir}/tmp", "TUNECTL_RUN_ID": run_id})
     if prof.host.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in prof.host.gpus)
+        env.update(engine(prof).gpu_env(prof))
     env.update(engine(prof).patch_env(patches))
     env.update(knob_env)
     return env

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,56 +22,74 @@ from tunectl.store import DEFAULT_ROOT
 
 
 class Progress:
-    """The live view: trial n/N, current config, level, best so far, ETA. Fed by run_search's events."""
+    """The live view: every trial in flight (its slot, config and level), trials done of N, best so far, ETA.
+    Fed by run_search's events, from the coordinator's thread and from each slot's thread (hence the lock)."""
 
     def __init__(self, total: int):
         self.total, self.started = total, time.monotonic()
         self.done = 0
-        self.trial: Any = "-"
-        self.role = ""
-        self.params: dict[str, Any] = {}
-        self.level = ""
+        self.running: dict[Any, dict[str, Any]] = {}     # trial -> role, slot, params, level
         self.best: float | None = None
-        self.last = ""
+        self.note = ""
+        self.lock = threading.Lock()
         self.live = Live(self.render(), console=console, refresh_per_second=4, transient=True)
 
     def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        with self.lock:
+            self._on_event(kind, data)
+            self.live.update(self.render())
+
+    def _on_event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "trial_start":
-            self.trial, self.role, self.params = data["n"], data["role"], data["params"]
-            self.done, self.level = max(self.done, data.get("done", 0)), "starting"
+            self.running[data["n"]] = {"role": data["role"], "params": data["params"], "level": "starting",
+                                       "slot": _slot_name(data.get("slot"))}
+            self.done = max(self.done, data.get("done", 0))
         elif kind == "trial_end":
+            self.running.pop(data["n"], None)
             self.best = data.get("best")
             self.done += data["role"] in ("search", "baseline")
-            self.last = f"trial {data['n']}: {data['reason']}" + (
+            last = f"trial {data['n']}: {data['reason']}" + (
                 f", {data['values'][0]:,.0f} tok/s" if data.get("values") else "")
-            console.print(Text(f"  {self.last}", style="red" if not data.get("feasible") else ""))
+            console.print(Text(f"  {last}", style="red" if not data.get("feasible") else ""))
         elif kind == "resume" and data["mode"] != "new":
             console.print(resume_line(data), highlight=False)
         elif kind == "prior":
             console.print(f"  prior knowledge: {data['trials']} trials of study {escape(data['from'])} (not counted "
                           "as results)", highlight=False)
         elif kind == "finalists":
-            self.level = f"confirming finalists {data['picks']} x{data['reruns']}"
-        elif kind == "level" and isinstance(data.get("level"), dict):
-            lv = data["level"]
-            thr = lv.get("metrics", {}).get("output_throughput", 0.0)
-            self.level = f"c={lv['concurrency']} {lv['status']} {thr:,.0f} tok/s"
-        elif "concurrency" in data:
-            self.level = f"c={data['concurrency']} running"
-        elif "phase" in data:
-            self.level = str(data["phase"])
-        self.live.update(self.render())
+            self.note = f"confirming finalists {data['picks']} x{data['reruns']}"
+        elif data.get("n") in self.running:
+            self.running[data["n"]]["level"] = _level_text(data) or self.running[data["n"]]["level"]
 
     def render(self) -> Table:
         elapsed = time.monotonic() - self.started
         eta = elapsed / self.done * max(0, self.total - self.done) if self.done else None
         t = Table.grid(padding=(0, 2))
-        t.add_row("trial", f"{self.trial} ({self.role})  {min(self.done, self.total)}/{self.total} done")
-        t.add_row("config", " ".join(f"{k}={v}" for k, v in self.params.items()) or "-")
-        t.add_row("level", self.level or "-")
+        t.add_row("trials", f"{min(self.done, self.total)}/{self.total} done, {len(self.running)} running"
+                  + (f"; {self.note}" if self.note else ""))
+        for n, r in sorted(self.running.items()):
+            where = f" on {r['slot']}" if r["slot"] else ""
+            t.add_row(f"trial {n}", f"({r['role']}){where}  {r['level']}")
+            t.add_row("", " ".join(f"{k}={v}" for k, v in r["params"].items()) or "-")
         t.add_row("best", f"{self.best:,.0f} tok/s" if self.best else "-")
         t.add_row("time", f"{elapsed:.0f}s elapsed" + (f", ETA {eta:.0f}s" if eta is not None else ""))
         return t
+
+
+def _slot_name(key: Any) -> str:
+    """`local:gpus=0,1` -> `local gpus 0,1` (empty for the plain one-slot case)."""
+    text = str(key or "")
+    return "" if not text or text.endswith("gpus=all") or text.startswith("virtual") else text.replace(":gpus=", " gpus ")
+
+
+def _level_text(data: dict[str, Any]) -> str:
+    if isinstance(data.get("level"), dict):
+        lv = data["level"]
+        thr = lv.get("metrics", {}).get("output_throughput", 0.0)
+        return f"c={lv['concurrency']} {lv['status']} {thr:,.0f} tok/s"
+    if "concurrency" in data:
+        return f"c={data['concurrency']} running"
+    return str(data["phase"]) if "phase" in data else ""
 
 
 def resume_line(d: dict[str, Any]) -> str:
@@ -160,6 +179,9 @@ SeedOpt = Annotated[int | None, typer.Option("--seed", help="sampler seed (defau
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document, no progress view")]
 VirtualOpt = Annotated[bool, typer.Option("--virtual", help="evaluate on the stand-in's virtual-clock model (no "
                                           "processes; seconds for a whole study; sim profiles only)")]
+ParallelOpt = Annotated[int | None, typer.Option(
+    "--parallel", help="at most N trials at once (default: one per GPU slot: host.gpus split by "
+    "server.gpus_per_trial or tp-size; with --virtual: 1)")]
 RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]
 WarmOpt = Annotated[str | None, typer.Option(
     "--warm-start", help="start from what study OLD learned (another SGLang version, patches or profile): its "
@@ -170,7 +192,7 @@ WarmOpt = Annotated[str | None, typer.Option(
 @one_line_errors
 def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
            seed: SeedOpt = None, as_json: JsonOpt = False, virtual: VirtualOpt = False,
-           root: RootOpt = DEFAULT_ROOT, warm_start: WarmOpt = None) -> None:
+           root: RootOpt = DEFAULT_ROOT, warm_start: WarmOpt = None, parallel: ParallelOpt = None) -> None:
     """Search the profile's flags for the fastest config that does not crash (the same command again resumes)."""
     import optuna
 
@@ -179,6 +201,9 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if trials is not None and trials < 1:
         raise UsageError(f"--trials: {trials}: must be a positive number of search trials (default: the profile's)")
+    if parallel is not None and parallel < 1:
+        raise UsageError(f"--parallel: {parallel}: must be a positive number of trials at once (default: one per "
+                         "GPU slot)")
     prof = get_profile(profile)
     evaluate = None
     if virtual:
@@ -194,11 +219,11 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
                             StudyStore(study or prof.name, root))
     if as_json:
         out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate,
-                         warm_start=warm_start, in_memory=virtual).to_dict()
+                         warm_start=warm_start, in_memory=virtual, parallel=parallel).to_dict()
         print(json.dumps(out, indent=2, default=str))
         return
     view = Progress(trials or prof.search.trials)
     with view.live:
         out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate,
-                         warm_start=warm_start, in_memory=virtual).to_dict()
+                         warm_start=warm_start, in_memory=virtual, parallel=parallel).to_dict()
     show(out, root)

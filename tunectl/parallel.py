@@ -1,0 +1,174 @@
+"""The trial engine on every slot of every host: what `run_search` drives, one trial per slot at a time.
+
+`Fleet(prof, runners, store, evaluate, on_event, width)`:
+- with real runners (no `evaluate`): the slots of tunectl/slots.py, at most `width`; each slot's trials run
+  through tunectl/trial.py with the slot's profile (its GPUs, port) on its host's runner, and write a launch
+  record `trials/<n>/slot.json` (host, slot, GPUs, port, when the server started and stopped);
+- with an `evaluate` (the virtual model, tests): `width` slots that all call it.
+Every trial's files are written by this process into its own results/<study>/ as the trial runs (the server's log
+is read through the host's runner), so a study over many hosts has one place for all results.
+
+`loop(...)` is the search/loop.py `SearchLoop` for one slot (the plain case, unchanged) and search/parallel.py's
+`ParallelLoop` for more.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from tunectl.models import LevelResult, TrialResult
+from tunectl.profile import Profile
+from tunectl.search.loop import Evaluate, Hooks, SearchLoop
+from tunectl.search.parallel import ParallelLoop
+from tunectl.search.study import HostState, WorkerLock, claim_host
+from tunectl.slots import Slot, host_key, make_slots
+from tunectl.store import StudyStore, read_json, write_json
+
+Event = Callable[[str, dict[str, Any]], None]
+Prune = Callable[[LevelResult], bool] | None
+
+
+def trial_engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event | None) -> Evaluate:
+    from tunectl.trial import TrialContext, run_trial
+
+    ctx = TrialContext(prof, runner, store)
+    # A finalist's rerun is a fresh launch driven through the upper half of the ladder: where load-dependent
+    # crashes fire and where the best level lies; the low levels confirm nothing new.
+    levels = prof.bench.levels
+    confirm = TrialContext(prof, runner, store, levels=levels[len(levels) // 2:] if len(levels) > 3 else None)
+
+    def evaluate(n: int, params: dict[str, Any], role: str, should_prune: Prune) -> TrialResult:
+        relay = (lambda kind, data: on_event(kind, {"n": n, **data})) if on_event else None
+        return run_trial(confirm if role == "finalist" else ctx, n, params, role, relay, should_prune)
+
+    return evaluate
+
+
+def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) -> None:
+    """Tear down the server trial n left behind (by its recorded process group and run id, never by name)."""
+    from tunectl.runners.hosts.base import ProcHandle
+
+    launch = store.trial_dir(n) / "launch.json"
+    if not launch.exists():
+        return
+    plan = read_json(launch)
+    if not plan.get("run_id") or not plan.get("trial_dir"):
+        return
+    handle = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
+    raw = runner.read_file(handle.pgid_path).strip()
+    handle.pgid = int(raw) if raw.isdigit() else None
+    if not runner.group_processes(handle):
+        return
+    runner.signal_group(handle, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while runner.group_processes(handle) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if runner.group_processes(handle):
+        runner.signal_group(handle, signal.SIGKILL)
+
+
+def slot_path(store: StudyStore, n: int) -> Path:
+    return store.trial_dir(n) / "slot.json"
+
+
+class Fleet:
+    def __init__(self, prof: Profile, runners: list[Any], store: StudyStore, evaluate: Evaluate | None,
+                 on_event: Event | None, width: int | None):
+        self.prof, self.runners, self.store, self.on_event = prof, runners, store, on_event
+        self.slots: list[Slot] = []
+        self._by_trial: dict[int, Any] = {}        # trial -> the runner its server is on
+        self._lock = threading.Lock()
+        if evaluate is not None or not runners:
+            name = runners[0].name if runners else "virtual"
+            n = max(1, width or 1)
+            self.keys = [host_key(prof, name)] if n == 1 else [f"{name}:slot={i}" for i in range(n)]
+            self._evaluate = {k: evaluate for k in self.keys}
+            self._runner = {k: (runners[0] if runners else None) for k in self.keys}
+        else:
+            self.slots = make_slots(prof, runners, width)
+            self.keys = [s.key for s in self.slots]
+            self._evaluate = {s.key: self._on_slot(s) for s in self.slots}
+            self._runner = {s.key: s.runner for s in self.slots}
+
+    @property
+    def width(self) -> int:
+        return len(self.keys)
+
+    def first(self) -> tuple[Profile, Any]:
+        """The profile and runner the study's identity is taken from (the first host)."""
+        return (self.slots[0].profile, self.slots[0].runner) if self.slots else (
+            self.prof, self.runners[0] if self.runners else None)
+
+    def hosts(self) -> list[tuple[Profile, Any]]:
+        """One (slot profile, runner) per host, for the checks before a study."""
+        seen: dict[int, tuple[Profile, Any]] = {}
+        for s in self.slots:
+            seen.setdefault(s.host, (s.profile, s.runner))
+        return list(seen.values()) or [(self.prof, r) for r in self.runners[:1]]
+
+    def claim(self, url: str, lock_dir: Path, study: str) -> list[WorkerLock]:
+        locks: list[WorkerLock] = []
+        try:
+            for key in self.keys:
+                locks.append(claim_host(url, lock_dir, study, key))
+        except BaseException:
+            for lock in locks:
+                lock.release()
+            raise
+        return locks
+
+    def cleanup_for(self, key: str) -> Callable[[int], None] | None:
+        runner = self._runner[key]
+        return None if runner is None else (lambda n: stop_leftover(runner, self.store, n))
+
+    def cleanup(self, n: int) -> None:
+        runner = self._by_trial.get(n) or self._runner[self.keys[0]]
+        if runner is not None:
+            stop_leftover(runner, self.store, n)
+
+    def evaluate_on(self, key: str, n: int, params: dict[str, Any], role: str, prune: Prune) -> TrialResult:
+        with self._lock:
+            self._by_trial[n] = self._runner[key]
+        evaluate = self._evaluate[key]
+        assert evaluate is not None
+        return evaluate(n, params, role, prune)
+
+    def _on_slot(self, slot: Slot) -> Evaluate:
+        """The slot's trial engine, writing each trial's launch record as its server starts and stops."""
+        records: dict[int, dict[str, Any]] = {}
+
+        def relay(kind: str, data: dict[str, Any]) -> None:
+            rec = records.get(data.get("n", -1))
+            if rec is not None and kind in ("launch", "teardown"):
+                rec["server_started_at" if kind == "launch" else "server_stopped_at"] = time.time()
+                write_json(slot_path(self.store, rec["trial"]), rec)
+            if self.on_event is not None:
+                self.on_event(kind, {**data, "slot": slot.label})
+
+        engine = trial_engine(slot.profile, slot.runner, self.store, relay)
+
+        def evaluate(n: int, params: dict[str, Any], role: str, prune: Prune) -> TrialResult:
+            rec = records[n] = {"trial": n, **slot.record(), "key": slot.key, "started_at": time.time()}
+            write_json(slot_path(self.store, n), rec)
+            try:
+                result = engine(n, params, role, prune)
+            finally:
+                records.pop(n, None)
+            rec.update(finished_at=time.time(), status=result.status)
+            write_json(slot_path(self.store, n), rec)
+            return result
+
+        return evaluate
+
+    def loop(self, study: optuna.Study, hooks: Hooks, states: dict[str, HostState], heartbeat_s: float,
+             seed: int | None) -> SearchLoop:
+        if self.width == 1:
+            key = self.keys[0]
+            return SearchLoop(study, self.prof, hooks, key, states[key], heartbeat_s=heartbeat_s, seed=seed)
+        return ParallelLoop(study, self.prof, hooks, states, self.evaluate_on, heartbeat_s=heartbeat_s, seed=seed)
