@@ -8,7 +8,9 @@ FAIL as a duplicate and never runs twice; the local steps skip configs in flight
 
 A slot is a key (the host and its GPUs, tunectl/slots.py): the trial records it as its host, so a later run finds
 the trials a dead coordinator left on each slot. `evaluate_on(key, n, params, role, should_prune)` runs trial n
-on that slot; it must not raise for a failure of the server or host (the trial engine never does).
+on that slot; it must not raise for a failure of the server or host (the trial engine never does). A slot whose
+trials end as infra faults RETIRE_AFTER_INFRA times in a row (its port held by a stranger, its GPUs dirty) takes no
+more trials in this run; the search goes on on the others (with every slot retired it stops).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from tunectl.search.study import HostState, fail_running, queued
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
 
+RETIRE_AFTER_INFRA = 3      # infra results in a row (launch refused, runner fault) that take a slot out of the run
 EvaluateOn = Callable[[str, int, dict[str, Any], str, Callable[[LevelResult], bool] | None], TrialResult]
 
 
@@ -47,6 +50,7 @@ class ParallelLoop(SearchLoop):
         super().__init__(study, prof, hooks, keys[0], states[keys[0]], heartbeat_s=heartbeat_s, seed=seed)
         self.keys, self.states, self.evaluate_on = keys, states, evaluate_on
         self.free = list(keys)
+        self.infra_run = dict.fromkeys(keys, 0)        # a slot's infra results in a row
         self.flights: dict[Future[TrialResult], Flight] = {}
         self.pool = ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="tunectl-slot")
 
@@ -119,7 +123,11 @@ class ParallelLoop(SearchLoop):
             f = self.flights.pop(fut)
             result = fut.result()
             self.states[f.key].clear()
-            self.free = [k for k in self.keys if k in self.free or k == f.key]
+            self.infra_run[f.key] = self.infra_run[f.key] + 1 if result.status == "infra" else 0
+            if self.infra_run[f.key] < RETIRE_AFTER_INFRA:
+                self.free = [k for k in self.keys if k in self.free or k == f.key]
+            else:                                  # a broken slot would eat every config: the others go on
+                self.emit("slot_retired", slot=f.key, reason=result.crash.message if result.crash else "infra")
             self.finish(f.trial, f.params, f.role, result, f.pruner)
 
     @contextlib.contextmanager

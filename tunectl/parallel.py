@@ -73,6 +73,10 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) 
         runner.signal_group(handle, signal.SIGKILL)
 
 
+class Abandoned(Exception):
+    """Raised inside a trial's thread once the coordinator gave the trial up (Ctrl-C): its teardown runs."""
+
+
 def slot_path(store: StudyStore, n: int) -> Path:
     return store.trial_dir(n) / "slot.json"
 
@@ -83,6 +87,7 @@ class Fleet:
         self.prof, self.runners, self.store, self.on_event = prof, runners, store, on_event
         self.slots: list[Slot] = []
         self._by_trial: dict[int, Any] = {}        # trial -> the runner its server is on
+        self._abandoned: set[int] = set()
         self._lock = threading.Lock()
         if evaluate is not None or not runners:
             name = runners[0].name if runners else "virtual"
@@ -128,6 +133,9 @@ class Fleet:
         return None if runner is None else (lambda n: stop_leftover(runner, self.store, n))
 
     def cleanup(self, n: int) -> None:
+        """Give trial n up: its thread stops at its next step (tearing its server down), and a server it left is
+        stopped by its process group now."""
+        self._abandoned.add(n)
         runner = self._by_trial.get(n) or self._runner[self.keys[0]]
         if runner is not None:
             stop_leftover(runner, self.store, n)
@@ -144,6 +152,8 @@ class Fleet:
         records: dict[int, dict[str, Any]] = {}
 
         def relay(kind: str, data: dict[str, Any]) -> None:
+            if data.get("n") in self._abandoned:
+                raise Abandoned(f"trial {data['n']} given up")
             rec = records.get(data.get("n", -1))
             if rec is not None and kind in ("launch", "teardown"):
                 rec["server_started_at" if kind == "launch" else "server_stopped_at"] = time.time()
@@ -154,6 +164,8 @@ class Fleet:
         engine = trial_engine(slot.profile, slot.runner, self.store, relay)
 
         def evaluate(n: int, params: dict[str, Any], role: str, prune: Prune) -> TrialResult:
+            if n in self._abandoned:
+                raise Abandoned(f"trial {n} given up")
             rec = records[n] = {"trial": n, **slot.record(), "key": slot.key, "started_at": time.time()}
             write_json(slot_path(self.store, n), rec)
             try:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -162,11 +163,15 @@ def test_a_proposal_equal_to_one_in_flight_never_runs_twice(tmp_path: Path) -> N
     virtual = VirtualEvaluator(prof)
     in_flight: list[int] = []
     most = [0]
+    four_up = threading.Event()                               # the first fill: four asked before any is told
 
     def slow(n: int, params: dict[str, Any], role: str, prune: Any) -> Any:
         in_flight.append(n)
         most[0] = max(most[0], len(in_flight))
-        time.sleep(0.5)                                         # a trial outlasts the asks that fill the slots
+        if len(in_flight) == 4:
+            four_up.set()
+        four_up.wait(timeout=60)
+        time.sleep(0.05)
         try:
             return virtual(n, params, role, prune)
         finally:
@@ -223,3 +228,35 @@ def test_kill_9_of_the_coordinator_with_four_in_flight_requeues_them_and_keeps_t
         raw = Path(h.pgid_path).read_text().strip() if Path(h.pgid_path).exists() else ""
         h.pgid = int(raw) if raw.isdigit() else None
         assert not runner.group_processes(h)
+
+
+def test_a_slot_whose_launches_keep_failing_is_retired_and_the_others_go_on(tmp_path: Path) -> None:
+    from tunectl.models import CrashInfo, TrialResult
+    from tunectl.search.loop import Hooks
+    from tunectl.search.parallel import RETIRE_AFTER_INFRA, ParallelLoop
+    from tunectl.search.sampler import make_sampler
+    from tunectl.search.steps import finished
+    from tunectl.search.study import HostState
+    from tunectl.virtual import VirtualEvaluator
+
+    prof = make_profile(search__finalists={"top_k": 0, "reruns": 0})
+    virtual, used, events = VirtualEvaluator(prof), {"good": 0, "bad": 0}, []
+
+    def evaluate_on(key: str, n: int, params: dict[str, Any], role: str, prune: Any) -> TrialResult:
+        used[key] += 1
+        time.sleep(0.1)
+        if key == "bad":                                      # e.g. its port is held by someone else's server
+            return TrialResult(trial=n, status="infra", params=params, crash=CrashInfo(
+                cls="infra", signature="HostDirtyError", phase="startup", message="port 30010 is held by pid 1"))
+        return virtual(n, params, role, prune)
+
+    study = optuna.create_study(sampler=make_sampler(prof.search, 0))
+    states = {k: HostState(tmp_path / "hosts", k) for k in ("bad", "good")}
+    loop = ParallelLoop(study, prof, Hooks(evaluate=virtual, on_event=lambda k, d: events.append((k, d))),
+                        states, evaluate_on, heartbeat_s=1)
+    loop.ensure_baseline()
+    loop.search(6)
+    loop.close()
+    assert used["bad"] == RETIRE_AFTER_INFRA                  # retired after its third infra fault in a row
+    assert [d["slot"] for k, d in events if k == "slot_retired"] == ["bad"]
+    assert len(finished(study.trials)) == 6                  # the good slot ran the whole budget, retries included

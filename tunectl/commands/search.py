@@ -56,6 +56,9 @@ class Progress:
         elif kind == "prior":
             console.print(f"  prior knowledge: {data['trials']} trials of study {escape(data['from'])} (not counted "
                           "as results)", highlight=False)
+        elif kind == "slot_retired":
+            console.print(Text(f"  slot {_slot_name(data['slot'])} takes no more trials: {data['reason']}",
+                               style="yellow"))
         elif kind == "finalists":
             self.note = f"confirming finalists {data['picks']} x{data['reruns']}"
         elif data.get("n") in self.running:
