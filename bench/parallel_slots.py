@@ -9,6 +9,7 @@ CPU seconds of the whole process tree and the load average are printed beside it
 sleep in modelled time, but their clients and the coordinator share the machine's cores.
 
     python bench/parallel_slots.py [--trials 40] [--profile PATH] [--parallel 4] [--levels 1,8,32,64,128]
+        [--time-scale 0.05]
 """
 from __future__ import annotations
 
@@ -40,9 +41,11 @@ def gpu_shared(recs: list[dict[str, Any]]) -> bool:
     return any(alive_at_once([r for r in recs if g in (r["gpus"] or [])]) > 1 for g in gpus)
 
 
-def profile_copy(src: Path, tmp: Path, levels: list[int] | None) -> Path:
+def profile_copy(src: Path, tmp: Path, levels: list[int] | None, scale: float | None) -> Path:
     data = yaml.safe_load(src.read_text())
     data.setdefault("host", {})["workdir"] = str(tmp / "host")
+    if scale:
+        data["server"].setdefault("sim", {})["time_scale"] = scale
     if levels:
         data["bench"]["levels"] = levels
     out = tmp / "profile.yaml"
@@ -50,10 +53,10 @@ def profile_copy(src: Path, tmp: Path, levels: list[int] | None) -> Path:
     return out
 
 
-def one_run(src: Path, trials: int, parallel: int, levels: list[int] | None) -> dict[str, Any]:
+def one_run(src: Path, trials: int, parallel: int, levels: list[int] | None, scale: float | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        cmd = [sys.executable, "-m", "tunectl", "search", "-p", str(profile_copy(src, tmp, levels)), "--json",
+        cmd = [sys.executable, "-m", "tunectl", "search", "-p", str(profile_copy(src, tmp, levels, scale)), "--json",
                "-n", str(trials), "--results", str(tmp / "r"), "--study", "bench",
                *(["--parallel", str(parallel)] if parallel else [])]
         load0, cpu0, t0 = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
@@ -76,13 +79,16 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=DEFAULT)
     ap.add_argument("--parallel", type=int, default=0, help="slots for the parallel run (default: all)")
     ap.add_argument("--levels", default="", help="comma-separated ladder (default: the profile's)")
+    ap.add_argument("--time-scale", type=float, default=None,
+                    help="the stand-in's wall seconds per modelled second (default: the profile's)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",") if x] or None
-    print(f"{args.profile.name}: {args.trials} search trials, {os.cpu_count()} cores", flush=True)
+    print(f"{args.profile.name}: {args.trials} search trials, time scale {args.time_scale or 'as profiled'}, "
+          f"{os.cpu_count()} cores", flush=True)
     rows = []
     for parallel in (1, args.parallel):
         print(f"  running --parallel {parallel or 'all slots'} ...", flush=True)
-        rows.append(one_run(args.profile, args.trials, parallel, levels))
+        rows.append(one_run(args.profile, args.trials, parallel, levels, args.time_scale))
     base = rows[0]["wall_s"]
     print(f"{'trials':>6} {'launches':>8} {'slots':>5} {'wall s':>8} {'cpu s':>7} {'load':>5} "
           f"{'max alive':>9} {'GPU shared':>10} {'speed-up':>8} {'best tok/s':>10}")

@@ -111,7 +111,7 @@ def one_run(job: tuple[str, str, int, int, float, bool, int]) -> dict[str, Any]:
     p.search.finalists.top_k = 0
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as root:
-        url = f"memory:{path}:{sampler}:{seed}"        # the loop's storage calls, without SQLite's cost
+        url = f"memory:{path}:{sampler}:{seed}:{parallel}"        # the loop's storage calls, without SQLite's cost
         evaluate = VirtualEvaluator(p, seed)
         run_search(p, trials=trials, root=root, evaluate=paced(evaluate) if parallel > 1 else evaluate, seed=seed,
                    storage_url=url, parallel=parallel)
@@ -137,7 +137,7 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
 
 def print_card(name: str, target: float, rows: dict[str, dict[str, Any]], seeds: int) -> None:
     print(f"\n{name}: best stable {target:,.0f} tok/s, 95% = {0.95 * target:,.0f}")
-    head = (f"  {"sampler":8} {"median to 95%":>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
+    head = (f"  {'sampler':8} {'median to 95%':>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
             f"{'mean best':>9} {'repairs':>7} {'vetoed':>6} {'cpu':>5}  trials to 95% per seed")
     print(head + "\n  " + "-" * (len(head) - 2))
     rand = rows.get("random", {}).get("median")

@@ -97,6 +97,12 @@ def repair_counts(done: list[FrozenTrial]) -> dict[int, int]:
     return counts
 
 
+def in_flight_repairs(trials: list[FrozenTrial]) -> list[int]:
+    """The configs that repairs still running or queued repair."""
+    return [int(t.user_attrs["repair_of"]) for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)
+            and t.user_attrs.get("proposed_by") == "repair" and "repair_of" in t.user_attrs]
+
+
 def flat_knobs(incumbent: FrozenTrial, done: list[FrozenTrial]) -> set[str]:
     """Knobs already moved alone from the incumbent with no effect (within FLAT of its value, served fully):
     local steps leave them, the budget goes to knobs that may matter."""
@@ -140,7 +146,7 @@ class Steps:
             return None
         seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
         known = self.seen(done)
-        repair = self._repair(done, seen, known)
+        repair = self._repair(done, seen, known, in_flight_repairs(trials))
         if repair is not None:
             return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0]}
         if self.turn % LOCAL_EVERY and not improved(done):
@@ -170,16 +176,22 @@ class Steps:
             self._risk = (key, lambda p: startup_risk(p, rows))
         return self._risk[1]
 
-    def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen]) -> tuple[int, dict[str, Any]] | None:
+    def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen],
+                pending: list[int]) -> tuple[int, dict[str, Any]] | None:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
         incumbent. Each repair once, with the bounds the server's log gives (how much memory an OOM missed, how
-        many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain."""
+        many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
+        configs they repair; parallel trials) counted, and none for a config whose repair is in flight."""
         best = fin.candidates(done)
-        fixed = {t.user_attrs.get("repair_of") for t in best}
+        fixed = {t.user_attrs.get("repair_of") for t in best} | set(pending)
         base = baseline_params(self.prof)
         counts, by_number = repair_counts(done), {t.number: t for t in done}
+        for n in pending:
+            if n in by_number:
+                start = chain_start(by_number[n], by_number)
+                counts[start] = counts.get(start, 0) + 1
         for t, fixes, bounds in self._to_repair(done, best[0] if best else None):
             if t.number in fixed or counts.get(chain_start(t, by_number), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent

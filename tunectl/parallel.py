@@ -51,7 +51,8 @@ def trial_engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event 
 
 
 def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) -> None:
-    """Tear down the server trial n left behind (by its recorded process group and run id, never by name)."""
+    """Tear down the server trial n left behind (by its recorded process group and run id, never by name) and
+    bring its whole server log into results/ (a dead coordinator kept only what it had read)."""
     from tunectl.runners.hosts.base import ProcHandle
 
     launch = store.trial_dir(n) / "launch.json"
@@ -63,14 +64,16 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) 
     handle = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
     raw = runner.read_file(handle.pgid_path).strip()
     handle.pgid = int(raw) if raw.isdigit() else None
-    if not runner.group_processes(handle):
-        return
-    runner.signal_group(handle, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while runner.group_processes(handle) and time.monotonic() < deadline:
-        time.sleep(0.1)
     if runner.group_processes(handle):
-        runner.signal_group(handle, signal.SIGKILL)
+        runner.signal_group(handle, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while runner.group_processes(handle) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if runner.group_processes(handle):
+            runner.signal_group(handle, signal.SIGKILL)
+    log = runner.read_file(handle.log_path)            # the whole log, into results/ (it may be on another host)
+    if len(log) > (store.log_path(n).stat().st_size if store.log_path(n).exists() else 0):
+        store.write_log(n, log.decode(errors="replace"))
 
 
 class Abandoned(Exception):
@@ -83,9 +86,13 @@ def slot_path(store: StudyStore, n: int) -> Path:
 
 class Fleet:
     def __init__(self, prof: Profile, runners: list[Any], store: StudyStore, evaluate: Evaluate | None,
-                 on_event: Event | None, width: int | None):
+                 on_event: Event | None, width: int | None, spawn: Callable[[Profile], Any] | None = None):
+        """`spawn(slot_profile)`: a runner of its own for each further slot of a host (its own SSH link, so one
+        slot's link trouble or traffic never stalls another's); closed by `close()`. None: slots share their
+        host's runner."""
         self.prof, self.runners, self.store, self.on_event = prof, runners, store, on_event
         self.slots: list[Slot] = []
+        self.spawned: list[Any] = []
         self._by_trial: dict[int, Any] = {}        # trial -> the runner its server is on
         self._abandoned: set[int] = set()
         self._lock = threading.Lock()
@@ -97,9 +104,17 @@ class Fleet:
             self._runner = {k: (runners[0] if runners else None) for k in self.keys}
         else:
             self.slots = make_slots(prof, runners, width)
+            for slot in self.slots:
+                if spawn is not None and slot.index > 0:
+                    slot.runner = spawn(slot.profile)
+                    self.spawned.append(slot.runner)
             self.keys = [s.key for s in self.slots]
             self._evaluate = {s.key: self._on_slot(s) for s in self.slots}
             self._runner = {s.key: s.runner for s in self.slots}
+
+    def close(self) -> None:
+        for r in self.spawned:
+            r.close()
 
     @property
     def width(self) -> int:

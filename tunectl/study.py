@@ -59,6 +59,7 @@ class SearchOutcome:
     trials_to_best: int | None = None              # search trials until the winner's config was first seen
     exhausted: bool = False
     warm_start: dict[str, Any] | None = None       # tunectl/warmstart.py: the old study, old best now and before
+    slots: int = 1                                 # trials at once (tunectl/slots.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,12 +149,12 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
     args = (prof, trials, study_name, storage_url, seed, on_event, root, evaluate)
     if evaluate is not None or runner is not None:
         return _run_search(*args, [runner] if runner is not None else [], heartbeat_s, warm_start, in_memory,
-                           parallel)
+                           parallel, None)
     own: list[Any] = []
     try:
         for spec in hosts_of(prof):
             own.append(make_runner(prof if spec is prof.host else prof.model_copy(update={"host": spec})))
-        return _run_search(*args, own, heartbeat_s, warm_start, in_memory, parallel)
+        return _run_search(*args, own, heartbeat_s, warm_start, in_memory, parallel, make_runner)
     finally:
         for r in own:
             r.close()
@@ -162,12 +163,23 @@ def run_search(prof: Profile, trials: int | None = None, study_name: str | None 
 def _run_search(prof: Profile, trials: int | None, study_name: str | None, storage_url: str | None,
                 seed: int | None, on_event: Event | None, root: Path | str, evaluate: Evaluate | None,
                 runners: list[Any], heartbeat_s: int, warm_start: str | None, in_memory: bool,
-                parallel: int | None) -> SearchOutcome:
+                parallel: int | None, spawn: Callable[[Profile], Any] | None) -> SearchOutcome:
     started = time.monotonic()
     name = study_name or prof.name
     store = StudyStore(name, root)
     ws = _load_warm(warm_start, name, prof, root, storage_url)
-    fleet = Fleet(prof, runners, store, evaluate, on_event, parallel)
+    fleet = Fleet(prof, runners, store, evaluate, on_event, parallel, spawn)
+    try:
+        return _search(fleet, prof, trials, name, store, ws, storage_url, seed, evaluate, heartbeat_s, in_memory,
+                       started)
+    finally:
+        fleet.close()
+
+
+def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: StudyStore,
+            ws: warmstart.WarmStart | None, storage_url: str | None, seed: int | None, evaluate: Evaluate | None,
+            heartbeat_s: int, in_memory: bool, started: float) -> SearchOutcome:
+    on_event, runners = fleet.on_event, fleet.runners
     if evaluate is None:                         # the profile's own mistakes: before a study exists
         for host_prof, runner in fleet.hosts():
             preflight(host_prof, runner, on_event, CONFIG_CHECKS)
@@ -214,7 +226,7 @@ def _run_search(prof: Profile, trials: int | None, study_name: str | None, stora
             if isinstance(loop, ParallelLoop):
                 loop.close()
             outcome = summarize(study, prof, loop, store, url, time.monotonic() - started)
-            outcome.warm_start = warmstart.summary(study)
+            outcome.warm_start, outcome.slots = warmstart.summary(study), fleet.width
         store.write_best(outcome.to_dict())
         return outcome
     finally:

@@ -1,18 +1,26 @@
 """Two hosts over two real sshd (loopback), 2 GPU slots each, one study from one coordinator: every trial's
 files (trial.json, launch.json, slot.json, levels, server log) land in the coordinator's results/<study>/ and the
-report holds every trial with its server log."""
+report holds every trial with its server log; kill -9 of the coordinator mid-flight loses nothing."""
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
+from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from tests.runners.sshd import sshd_available, start_sshd
+from tests.search.test_parallel import told
 from tests.helpers.ports import free_port
 from tunectl import REPO_ROOT
 from tunectl.cli import app
@@ -56,13 +64,49 @@ def two_host_profile(tmp_path: Path) -> Path:
     return path
 
 
-def test_two_hosts_two_slots_each_one_study_one_report(tmp_path: Path, two_hosts) -> None:
-    root = tmp_path / "results"
-    res = CliRunner().invoke(app, ["search", "-p", str(two_host_profile(tmp_path)), "-n", "6", "--json",
-                                   "--study", "two", "--results", str(root)], env={"COLUMNS": "200"})
+def kill_mid_flight(cmd: list[str], store: StudyStore) -> list[int]:
+    """Start the coordinator, kill -9 it once a trial was told and two servers are up; the trials in flight."""
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            recs = [read_json(p) for p in store.dir.glob("trials/*/slot.json")]
+            live = [r for r in recs if "server_started_at" in r and "server_stopped_at" not in r]
+            if len(live) >= 2 and told(store, "two"):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    storage = f"sqlite:///{store.dir / 'study.db'}"
+    return [t.number for t in optuna.load_study(study_name="two", storage=storage).trials
+            if t.state == TrialState.RUNNING]
+
+
+@pytest.mark.timeout(900)                       # two studies' worth of SSH trials on a shared 2-core machine
+def test_two_hosts_two_slots_each_one_study_one_report_and_kill_9(tmp_path: Path, two_hosts) -> None:
+    """kill -9 of the coordinator with trials in flight on both hosts, then the same command: the trials in flight
+    are re-queued and run again, nothing that finished is lost, one report holds every trial with its log."""
+    root, prof = tmp_path / "results", two_host_profile(tmp_path)
+    store = StudyStore("two", root)
+    args = ["search", "-p", str(prof), "-n", "6", "--json", "--study", "two", "--results", str(root)]
+    in_flight = kill_mid_flight([sys.executable, "-m", "tunectl", *args], store)
+    storage = f"sqlite:///{store.dir / 'study.db'}"
+    kept = {t.number: t.values for t in optuna.load_study(study_name="two", storage=storage).trials
+            if t.state == TrialState.COMPLETE}
+    assert kept and len(in_flight) >= 2
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, (res.output[-3000:], res.exception)
     out = json.loads(res.stdout[res.stdout.index("{"):])
     assert out["trials"] == 6
+    trials = optuna.load_study(study_name="two", storage=storage).trials
+    assert {n: trials[n].values for n in kept} == kept                          # nothing finished is lost
+    for n in in_flight:                                                         # each re-queued, run again
+        retry = [t for t in trials if t.user_attrs.get("retry_of") == n]
+        assert trials[n].state == TrialState.FAIL and len(retry) == 1 and retry[0].params == trials[n].params
     store = StudyStore("two", root)
     recs = {int(p.parent.name): read_json(p) for p in store.dir.glob("trials/*/slot.json")}
     assert {(r["host"], tuple(r["gpus"])) for r in recs.values()} == {

@@ -62,6 +62,17 @@ def records(store: StudyStore) -> list[dict[str, Any]]:
     return out
 
 
+def told(store: StudyStore, name: str) -> int:
+    """Trials the coordinator has told COMPLETE so far (0 before the study exists)."""
+    if not (store.dir / "study.db").exists():
+        return 0
+    try:
+        study = optuna.load_study(study_name=name, storage=f"sqlite:///{store.dir / 'study.db'}")
+    except KeyError:
+        return 0
+    return sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+
+
 # ---------------------------------------------------------------------------------------------- slots
 
 
@@ -188,6 +199,7 @@ def test_a_proposal_equal_to_one_in_flight_never_runs_twice(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_kill_9_of_the_coordinator_with_four_in_flight_requeues_them_and_keeps_the_rest(tmp_path: Path) -> None:
     prof, root = fast_profile(tmp_path), tmp_path / "r"
     store = StudyStore("par", root)
@@ -198,10 +210,10 @@ def test_kill_9_of_the_coordinator_with_four_in_flight_requeues_them_and_keeps_t
         while True:                                             # two trials done, four servers up
             recs = [read_json(p) for p in store.dir.glob("trials/*/slot.json")]
             live = [r for r in recs if "server_started_at" in r and "server_stopped_at" not in r]
-            if sum("finished_at" in r for r in recs) >= 2 and len(live) == 4:
+            if len(live) == 4 and told(store, "par") >= 2:
                 break
             assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+            time.sleep(0.2)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -221,6 +233,9 @@ def test_kill_9_of_the_coordinator_with_four_in_flight_requeues_them_and_keeps_t
     for n in running:                                           # each trial in flight ran again with its params
         retry = [t for t in trials if t.user_attrs.get("retry_of") == n]
         assert trials[n].state == TrialState.FAIL and len(retry) == 1 and retry[0].params == trials[n].params
+        assert read_json(store.trial_dir(n) / "trial.json")["status"] == "interrupted"
+        if (store.trial_dir(n) / "launch.json").exists():   # its server's whole log, fetched as it was stopped
+            assert "Init torch distributed begin" in (store.trial_dir(n) / "server.log").read_text()
     runner = LocalRunner()
     for p in store.dir.glob("trials/*/launch.json"):            # every server any trial started is gone
         plan = json.loads(p.read_text())
@@ -260,3 +275,30 @@ def test_a_slot_whose_launches_keep_failing_is_retired_and_the_others_go_on(tmp_
     assert used["bad"] == RETIRE_AFTER_INFRA                  # retired after its third infra fault in a row
     assert [d["slot"] for k, d in events if k == "slot_retired"] == ["bad"]
     assert len(finished(study.trials)) == 6                  # the good slot ran the whole budget, retries included
+
+
+def test_the_live_view_lists_every_trial_in_flight() -> None:
+    from rich.console import Console
+
+    from tunectl.commands.search import Progress
+
+    view = Progress(10)
+    for n, gpus in ((3, "0,1"), (4, "2,3")):
+        view.on_event("trial_start", {"n": n, "role": "search", "params": {"max-running-requests": n * 64},
+                                      "slot": f"local:gpus={gpus}", "done": 1})
+    view.on_event("level", {"n": 4, "slot": "local#1", "level": {"concurrency": 8, "status": "ok",
+                                                                 "metrics": {"output_throughput": 512.0}}})
+
+    def shown() -> str:
+        out = Console(record=True, width=100)
+        out.print(view.render())
+        return out.export_text()
+
+    text = shown()
+    assert "1/10 done, 2 running" in text
+    assert "trial 3" in text and "on local gpus 0,1" in text and "max-running-requests=192" in text
+    assert "trial 4" in text and "on local gpus 2,3  c=8 ok 512 tok/s" in text
+    view.on_event("trial_end", {"n": 3, "role": "search", "reason": "ok", "values": [700.0], "feasible": True,
+                                "best": 700.0})
+    text = shown()
+    assert "2/10 done, 1 running" in text and "trial 3" not in text and "700 tok/s" in text

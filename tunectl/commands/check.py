@@ -20,8 +20,8 @@ from tunectl.runners.hosts.base import Runner
 __all__ = ["check", "render", "run_checks"]
 
 
-def render(checks: list[Check]) -> Table:
-    table = Table(title="tunectl check", show_lines=False)
+def render(checks: list[Check], title: str = "tunectl check") -> Table:
+    table = Table(title=title, show_lines=False)
     for col in ("check", "result", "detail", "fix"):
         table.add_column(col, overflow="fold")
     for c in checks:
@@ -55,18 +55,26 @@ def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="pro
                                               "leftover servers under this profile's host.workdir (from a "
                                               "killed run), by their recorded process group"),
           yes: bool = typer.Option(False, "--yes", "-y", help="with --stop-leftovers: do not ask")) -> None:
-    """Check the profile's host: SSH and host key, python and SGLang, GPUs, ports, disk, leftovers, flags, patches."""
+    """Check the profile's host (each of its `hosts:`): SSH and host key, python and SGLang, GPUs, ports, disk,
+    leftovers, flags, patches."""
+    from tunectl.slots import hosts_of
     from tunectl.study import make_runner
 
     prof = get_profile(profile)
-    runner = make_runner(prof)
-    try:
-        if stop_leftovers:
-            _stop_leftovers(prof, runner, yes)
-        checks = run_checks(prof, runner)
-    finally:
-        runner.close()
-    show_table(render(checks), keep=("check", "result"))
+    specs = hosts_of(prof)
+    checks: list[Check] = []
+    for spec in specs:
+        host_prof = prof if spec is prof.host else prof.model_copy(update={"host": spec})
+        runner = make_runner(host_prof)
+        try:
+            if stop_leftovers:
+                _stop_leftovers(host_prof, runner, yes)
+            found = run_checks(host_prof, runner)
+        finally:
+            runner.close()
+        show_table(render(found, "tunectl check" + (f": {runner.name}" if len(specs) > 1 else "")),
+                   keep=("check", "result"))
+        checks += found
     failed = [c for c in checks if not c.ok]
     if failed:
         console.print(Text(f"{len(failed)} check(s) failed: {', '.join(c.name for c in failed)}", style="red"))

@@ -136,7 +136,9 @@ def show(out: dict[str, Any], root: Path) -> None:
 
     console.print(f"[bold]study[/bold] {escape(out['study'])}: {out['trials']} search trials "
                   f"({out['crashed']} crashed, {out['pruned']} pruned, {out['duplicates']} duplicate proposals, "
-                  f"{out['retries']} retries) in {out['wall_s']:.0f}s; pruning saved ~{out['saved_s']:.0f}s",
+                  f"{out['retries']} retries) in {out['wall_s']:.0f}s"
+                  + (f" on {out['slots']} slots" if out.get("slots", 1) > 1 else "")
+                  + f"; pruning saved ~{out['saved_s']:.0f}s",
                   highlight=False)
     data = load_study(StudyStore(out["study"], root))
     groups = finalists(data.trials, (data.best or {}).get("finalists"))
