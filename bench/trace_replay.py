@@ -38,8 +38,8 @@ def replay(tmp: Path, trace: str, speedups: list[float], scale: float) -> list[d
     data["server"]["sim"]["time_scale"] = scale
     data["host"] = {"kind": "local", "workdir": str(tmp / "host")}
     base = data["bench"]["workloads"][0]
-    data["bench"]["workloads"] = [{**base, "path": str(ROOT / "profiles" / "traces" / trace), "speedup": s}
-                                  for s in speedups]
+    data["bench"]["workloads"] = [{**base, "path": str(ROOT / "profiles" / "traces" / trace), "speedup": s,
+                                   "name": f"trace-x{s:g}"} for s in speedups]
     path = tmp / "p.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     res = subprocess.run([sys.executable, "-m", "tunectl", "sweep", "-p", str(path), "--json", "--study", "tr",
