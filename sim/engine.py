@@ -1,7 +1,16 @@
-"""The live stand-in's scheduler loop: the shared Scheduler in scaled wall time, one asyncio task.
+"""The live stand-in's scheduler loop: the shared Scheduler on its own modeled clock, one asyncio task.
 
-Modeled time advances by each step's modeled duration; the loop sleeps until `start + modeled * scale` on the
-wall clock, so several due steps run back to back when the host is busy (no drift accumulates).
+The modeled clock is virtual: it advances by each step's modeled duration and by nothing else, so what the server
+does (batches, crashes, hangs, token times) does not depend on how busy the host is. Wall time only paces it, as a
+soft target: a step takes at least `ms x scale` of wall time; a late step is not made up for.
+
+A closed-loop client answers a finished request with its next one at once; on a busy host that answer can come
+late in wall time. The loop waits for it: each request finished by a step is expected to be replaced before the
+next step runs, until all replacements came or none came for `QUIET_S` of wall time (the client stopped: the
+expectation is dropped until the next arrival). An idle server does not advance the clock either; a burst that
+wakes it is gathered (until `QUIET_S` passes without an arrival, at most `GATHER_MAX_S`) before the first step.
+Arrivals are stamped with the modeled time at which the next step can take them (`vnow`); every streamed update
+carries the modeled time of the step that produced it (served to clients in `meta_info.sim_clock_ts`).
 """
 from __future__ import annotations
 
@@ -17,14 +26,15 @@ from tunectl.sim.metrics import Metrics
 from tunectl.sim.sched import Req, RuntimeCrash, Scheduler, Step
 
 DECODE_LOG_INTERVAL = 40
-GATHER_QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "3")) / 1000  # wall: a burst has landed when no request came for this long ...
-GATHER_MAX_S = 0.5      # ... or after this long
+QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "20")) / 1000  # wall: the client is done sending when
+GATHER_MAX_S = 0.5      # no request came for this long (a burst: at most this long)
 
 
 @dataclass
 class Update:
     generated: int
     finished: bool
+    t: float = 0.0          # modeled time of the step that produced it
 
 
 class Engine:
@@ -34,21 +44,24 @@ class Engine:
         self.sched = Scheduler(setup, seed)
         self.queues: dict[int, asyncio.Queue[Update]] = {}
         self.wake = asyncio.Event()
-        self.t0 = time.monotonic()
-        self.vnow = 0.0                   # modeled seconds since t0
+        self.vnow = 0.0                   # modeled seconds: the sum of the steps run so far
+        self.expect = 0                   # replacements awaited for requests finished by the last steps
+        self.armed = True                 # False once the client let a replacement window pass in silence
+        self._wall_next = time.monotonic()
         self.decode_steps = 0
         self.last_gen_throughput = 0.0
         self.metrics = Metrics()
         self._tok_since_log, self._vt_last_log = 0, 0.0
 
     def modeled_now(self) -> float:
-        return (time.monotonic() - self.t0) / self.scale
+        return self.vnow
 
     def submit(self, req: Req) -> asyncio.Queue[Update]:
         q: asyncio.Queue[Update] = asyncio.Queue()
         self.queues[req.rid] = q
-        req.arrival = self.modeled_now()
+        req.arrival = self.vnow
         self.sched.add(req)
+        self.expect, self.armed = max(0, self.expect - 1), True
         self.wake.set()
         return q
 
@@ -57,6 +70,7 @@ class Engine:
 
     async def run(self) -> None:
         while True:
+            await self._replacements()
             step = self.sched.next_step()
             if step is None:
                 await self._gather()
@@ -64,28 +78,47 @@ class Engine:
             if step.kind == "hang":
                 await self._hang()
                 return
-            self.vnow += step.ms / 1000.0          # busy: modeled time runs on, late steps catch up
-            delay = self.t0 + self.vnow * self.scale - time.monotonic()
-            await asyncio.sleep(delay if delay > 0.001 else 0)
+            self.vnow += step.ms / 1000.0
+            await self._pace(step.ms / 1000.0)
             if step.crash is not None:
                 self.on_crash(step.crash)
                 return
             self._deliver(step)
             self._log_step(step)
+            if self.armed:
+                self.expect += len(step.finished)
+
+    async def _pace(self, modeled_s: float) -> None:
+        """Soft wall-time target: the step lasts at least modeled_s x scale; lateness is forgiven, not made up."""
+        now = time.monotonic()
+        self._wall_next = max(self._wall_next, now) + modeled_s * self.scale
+        delay = self._wall_next - now
+        await asyncio.sleep(delay if delay > 0.0005 else 0)
+
+    async def _quiet(self, until: Callable[[], bool], max_s: float) -> bool:
+        """Wait until `until()` or no arrival for QUIET_S (at most max_s); True if `until()` came true."""
+        deadline = time.monotonic() + max_s
+        while not until() and time.monotonic() < deadline:
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), QUIET_S)
+            except asyncio.TimeoutError:
+                for _ in range(3):          # requests already read but not yet handled get their turn
+                    await asyncio.sleep(0)
+                if not self.wake.is_set():
+                    break
+        return until()
+
+    async def _replacements(self) -> None:
+        if self.expect and not await self._quiet(lambda: self.expect == 0, GATHER_MAX_S):
+            self.expect, self.armed = 0, False
 
     async def _gather(self) -> None:
-        """Idle: wait for work, then let a burst of arrivals finish landing (the client's dispatch jitter is
-        scaled up by 1/scale) and start the modeled clock at the first arrival, like a real burst."""
+        """Idle: wait for work, then let a burst of arrivals finish landing before the first step."""
         self.wake.clear()
         await self.wake.wait()
-        first = self.modeled_now()
-        deadline = time.monotonic() + GATHER_MAX_S
-        while time.monotonic() < deadline:
-            self.wake.clear()
-            await asyncio.sleep(GATHER_QUIET_S)
-            if not self.wake.is_set():
-                break
-        self.vnow = max(self.vnow, first)
+        await self._quiet(lambda: False, GATHER_MAX_S)
+        self.expect = 0
 
     async def _hang(self) -> None:
         await asyncio.sleep(self.setup.watchdog_s * self.scale)
@@ -94,9 +127,10 @@ class Engine:
 
     def _deliver(self, step: Step) -> None:
         sched, every, m = self.sched, self.setup.stream_interval, self.metrics
+        t = self.vnow
         for r in step.joined:
-            r.first_token_t = self.vnow if r.first_token_t is None else r.first_token_t
-            m.observe_ttft(self.vnow - r.arrival)
+            r.first_token_t = t if r.first_token_t is None else r.first_token_t
+            m.observe_ttft(t - r.arrival)
         m.prompt_tokens += step.new_tokens
         if step.kind == "prefill":
             m.cached_tokens += step.cached_tokens
@@ -107,16 +141,16 @@ class Engine:
             for r in sched.running.values():
                 g = sched.generated(r)
                 if g % every == 0:
-                    self.queues[r.rid].put_nowait(Update(g, False))
+                    self.queues[r.rid].put_nowait(Update(g, False, t))
         else:
             for r in step.joined:
                 if r.output_len > 1 and not r.done:
-                    self.queues[r.rid].put_nowait(Update(1, False))
+                    self.queues[r.rid].put_nowait(Update(1, False, t))
         for r in step.finished:
-            r.finish_t = self.vnow
+            r.finish_t = t
             q = self.queues.pop(r.rid, None)
             if q is not None:
-                q.put_nowait(Update(r.output_len, True))
+                q.put_nowait(Update(r.output_len, True, t))
         self._tok_since_log += step.bs if step.kind == "decode" else len(step.joined)
 
     def _log_step(self, step: Step) -> None:

@@ -1,5 +1,7 @@
 """The stand-in's HTTP API (aiohttp): SGLang's native and OpenAI-compatible endpoints that tunectl and
-`sglang.bench_serving` use. Latencies in responses are modeled seconds (wall / time scale)."""
+`sglang.bench_serving` use. Latencies in responses are modeled seconds on the engine's clock; every streamed chunk
+carries `sim_clock_ts`: [the request's arrival, this chunk's step] in modeled seconds (in `meta_info` on /generate,
+at the top of an OpenAI chunk), so a client can measure in the server's clock, whatever its own host's load."""
 from __future__ import annotations
 
 import itertools
@@ -98,24 +100,24 @@ class Api:
         req = self._make_req(prompt, sp.get("max_new_tokens", 128))
         q = self.st.engine.submit(req)
         if not body.get("stream"):
-            while not (await q.get()).finished:
+            while not (up := await q.get()).finished:
                 pass
-            return web.json_response(self._native(req, req.output_len, True))
+            return web.json_response(self._native(req, req.output_len, True, up.t))
         resp = await _sse(request)
         while True:
             up = await q.get()
-            await resp.write(b"data: " + json.dumps(self._native(req, up.generated, up.finished)).encode() + b"\n\n")
+            await resp.write(b"data: " + json.dumps(self._native(req, up.generated, up.finished, up.t)).encode()
+                             + b"\n\n")
             if up.finished:
                 break
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    def _native(self, req: Req, n: int, done: bool) -> dict[str, Any]:
-        now = self.st.engine.modeled_now()
+    def _native(self, req: Req, n: int, done: bool, t: float) -> dict[str, Any]:
         return {"text": WORD * n, "output_ids": [], "meta_info": {
             "id": str(req.rid), "finish_reason": {"type": "length", "length": req.output_len} if done else None,
             "prompt_tokens": req.input_len, "completion_tokens": n, "cached_tokens": req.cached,
-            "e2e_latency": now - req.arrival}}
+            "e2e_latency": t - req.arrival, "sim_clock_ts": [req.arrival, t]}}
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         if (bad := self._unavailable()) is not None:
@@ -124,13 +126,14 @@ class Api:
         req = self._make_req(body.get("prompt", ""), body.get("max_tokens", 16))
         q = self.st.engine.submit(req)
         if not body.get("stream"):
-            while not (await q.get()).finished:
+            while not (up := await q.get()).finished:
                 pass
-            return web.json_response(self._oai(req, WORD * req.output_len, "length", True))
+            return web.json_response(self._oai(req, WORD * req.output_len, "length", True, up.t))
         resp, sent = await _sse(request), 0
         while True:
             up = await q.get()
-            chunk = self._oai(req, WORD * (up.generated - sent), "length" if up.finished else None, up.finished)
+            chunk = self._oai(req, WORD * (up.generated - sent), "length" if up.finished else None, up.finished,
+                              up.t)
             sent = up.generated
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             if up.finished:
@@ -138,11 +141,12 @@ class Api:
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    def _oai(self, req: Req, text: str, finish: str | None, usage: bool) -> dict[str, Any]:
+    def _oai(self, req: Req, text: str, finish: str | None, usage: bool, t: float) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": f"cmpl-{req.rid}", "object": "text_completion", "created": int(time.time()),
             "model": self.st.served_name,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}], "usage": None}
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}], "usage": None,
+            "sim_clock_ts": [req.arrival, t]}
         if usage:
             out["usage"] = {"prompt_tokens": req.input_len, "completion_tokens": req.output_len,
                             "total_tokens": req.input_len + req.output_len}

@@ -3,8 +3,8 @@
 Workers come from a fork server (the caller has threads, so no plain fork; the server is started once per
 process with the client modules preloaded, so later levels start their workers in milliseconds), wait on a
 barrier so they start together, and send
-back their `ShareResult`; times are `perf_counter` (CLOCK_MONOTONIC, common to all processes), so the parent
-merges records directly. The parent turns `abort` into a shared event the workers poll, and a worker that dies
+back their `ShareResult`; times are `perf_counter` (CLOCK_MONOTONIC, common to all processes) or the server's
+clock (the stand-in's stamps), common to all of them either way, so the parent merges records directly. The parent turns `abort` into a shared event the workers poll, and a worker that dies
 counts its requests as failed; after an abort, workers that do not answer
 within ABORT_GRACE_S are killed, so a level ends within about a second of a crash.
 """
@@ -30,16 +30,16 @@ ABORT_GRACE_S = 0.5         # after an abort, workers that have not answered by 
 def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStream, conc: int, barrier: Any,
             stop: Any, counters: Any, results: Any, enough: Any, cycles: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
-    base_url, backend, model, timeout_s = args
+    base_url, backend, model, timeout_s, scale = args
     view = _Slot(counters, idx)
     on_cycle = None
     if cycles is not None:
         cycles.cancel_join_thread()      # the parent reads the final cycles from the result, not from here
-        on_cycle = lambda c: cycles.put((c.start, c.end, c.next_start, c.tokens))  # noqa: E731
+        on_cycle = lambda c: cycles.put((c.start, c.end, c.next_start, c.tokens, c.server))  # noqa: E731
     try:
         barrier.wait(timeout=60)
         res = asyncio.run(run_share(base_url, backend, model, prompts, conc, timeout_s, stop.is_set, view,
-                                    more=lambda _n: not enough.is_set(), on_cycle=on_cycle))
+                                    more=lambda _n: not enough.is_set(), on_cycle=on_cycle, time_scale=scale))
     except Exception as e:  # noqa: BLE001 - the parent must get an answer from every worker
         now = time.perf_counter()
         res = ShareResult(records=[], t0=now, t_end=now, errors=[f"worker {idx}: {type(e).__name__}: {e}"])
@@ -74,7 +74,7 @@ def _stream_split(stream: PromptStream, concurrency: int, procs: int) -> list[tu
 def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt] | PromptStream, concurrency: int,
                   procs: int, timeout_s: float, should_abort: Callable[[], bool],
                   progress: Callable[[dict[str, Any]], None] | None,
-                  control: Control | None = None) -> list[ShareResult]:
+                  control: Control | None = None, time_scale: float = 1.0) -> list[ShareResult]:
     """`prompts`: a fixed list (split in proportion), or a PromptStream with a `control` deciding on-line (from
     the cycles the workers send) when the level has measured enough."""
     barrier, stop, results, enough = _CTX.Barrier(procs), _CTX.Event(), _CTX.Queue(), _CTX.Event()
@@ -83,7 +83,7 @@ def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt]
     parts = _stream_split(prompts, concurrency, procs) if isinstance(prompts, PromptStream) else \
         _split(prompts, concurrency, procs)
     workers = [_CTX.Process(target=_worker, daemon=True, name=f"bench-{i}",
-                            args=(i, (base_url, backend, model, timeout_s), part, conc, barrier, stop, counters,
+                            args=(i, (base_url, backend, model, timeout_s, time_scale), part, conc, barrier, stop, counters,
                                   results, enough, cycles)) for i, (part, conc) in enumerate(parts)]
     for w in workers:
         w.start()

@@ -6,6 +6,11 @@ Request bodies and stream parsing follow `sglang.bench_serving` (`--backend sgla
 ClientSession per loop (not one per request), a request counts as successful only when the stream ended with
 `data: [DONE]` and carried at least one token, and output lengths come only from what the server reported
 (never from the planned lengths).
+
+The clock: against the stand-in every chunk carries the server's modeled clock (`sim_clock_ts`: the request's
+arrival and the chunk's step, modeled seconds); times are then taken from it (times the time scale, so they read
+like wall seconds of the scaled clock) and the level's figures do not depend on this host's load. Against real
+SGLang (no such field) times are this process's `perf_counter`.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from tunectl.runners.clients.prompts import Prompt
 from tunectl.runners.clients.steady import Cycle
 
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_CLOCK = re.compile(rb'"sim_clock_ts"\s*:\s*\[\s*([-0-9.eE+]+)\s*,\s*([-0-9.eE+]+)\s*\]')
 MAX_ERRORS = 5
 
 
@@ -38,6 +44,7 @@ class ShareResult:
     aborted: bool = False
     server_gone: bool = False
     errors: list[str] = field(default_factory=list)
+    server_clock: bool = False       # records and cycles are in the server's clock (the stand-in's stamps)
 
 
 def _payload(backend: str, model: str, p: Prompt) -> tuple[str, dict[str, Any]]:
@@ -53,18 +60,38 @@ def _payload(backend: str, model: str, p: Prompt) -> tuple[str, dict[str, Any]]:
 class _Stream:
     """Turns SSE `data:` bodies into TTFT / ITL / output length for one request."""
 
-    def __init__(self, rec: ReqRecord, backend: str):
-        self.rec, self.oai = rec, backend == "sglang-oai"
+    def __init__(self, rec: ReqRecord, backend: str, scale: float = 1.0,
+                 on_start: Callable[[ReqRecord], None] | None = None):
+        self.rec, self.oai, self.scale, self.on_start = rec, backend == "sglang-oai", scale, on_start
         self.last = rec.start
         self.tokens = 0          # tokens reported so far (native: cumulative count; oai: chunks with text)
         self.usage: int | None = None
         self.done = False
+        self.server_clock = False
+
+    def started(self) -> None:
+        """The request's start is final (the server's stamp, or the send time): its slot's last cycle closes."""
+        if self.on_start is not None:
+            self.on_start(self.rec)
+            self.on_start = None
+
+    def _clock(self, body: bytes, now: float) -> float:
+        m = _CLOCK.search(body)
+        if m is None:
+            return now
+        if not self.server_clock:
+            self.server_clock = True
+            self.rec.start = self.last = float(m.group(1)) * self.scale
+        return float(m.group(2)) * self.scale
 
     def on_body(self, body: bytes, now: float) -> int:
         if body == b"[DONE]":
             self.done = True
-            self.rec.latency = now - self.rec.start
+            if not self.server_clock:
+                self.rec.latency = now - self.rec.start
             return 0
+        now = self._clock(body, now)
+        self.started()
         new = self._oai(body) if self.oai else self._native(body)
         if new <= 0:
             return 0
@@ -102,10 +129,9 @@ class _Stream:
 
 
 async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: str, p: Prompt,
-               rec: ReqRecord, counters: Any) -> None:
+               rec: ReqRecord, counters: Any, stream: _Stream) -> None:
     path, payload = _payload(backend, model, p)
-    rec.start = time.perf_counter()
-    stream = _Stream(rec, backend)
+    rec.start = stream.last = time.perf_counter()
     async with session.post(base + path, json=payload) as resp:
         if resp.status != 200:
             rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
@@ -122,8 +148,9 @@ async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: s
 class _Share:
     def __init__(self, base: str, backend: str, model: str, prompts: Sequence[Prompt] | Callable[[], Prompt | None],
                  concurrency: int, should_abort: Callable[[], bool], counters: Any,
-                 more: Callable[[int], bool] | None = None, on_cycle: Callable[[Cycle], None] | None = None):
-        self.base, self.backend, self.model = base.rstrip("/"), backend, model
+                 more: Callable[[int], bool] | None = None, on_cycle: Callable[[Cycle], None] | None = None,
+                 scale: float = 1.0):
+        self.base, self.backend, self.model, self.scale = base.rstrip("/"), backend, model, scale
         self.source = prompts if callable(prompts) else iter(prompts).__next__
         self.concurrency = concurrency
         self.should_abort = should_abort
@@ -146,10 +173,11 @@ class _Share:
             self.counters[3] += 1
         return p
 
-    def _cycle(self, prev: ReqRecord | None, now: float) -> None:
+    def _cycle(self, prev: ReqRecord | None, next_start: float) -> None:
         if prev is None:
             return
-        c = Cycle(prev.start, prev.start + prev.latency, now, prev.output_len if prev.success else 0)
+        c = Cycle(prev.start, prev.start + prev.latency, next_start, prev.output_len if prev.success else 0,
+                  self.res.server_clock)
         self.res.cycles.append(c)
         if self.on_cycle:
             self.on_cycle(c)
@@ -160,14 +188,18 @@ class _Share:
         while (p := self._next(follow)) is not None:
             rec = ReqRecord(input_len=p.input_len)
             self.res.records.append(rec)
-            self._cycle(prev, time.perf_counter())
+            stream = _Stream(rec, self.backend, self.scale, lambda r, q=prev: self._cycle(q, r.start))
             try:
-                await _one(session, self.base, self.backend, self.model, p, rec, self.counters)
+                await _one(session, self.base, self.backend, self.model, p, rec, self.counters, stream)
             except aiohttp.ClientConnectorError as e:
                 rec.error = f"connection refused: {e}"
                 self.res.server_gone = True
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 rec.error = f"{type(e).__name__}: {e}"[:300]
+            self.res.server_clock = self.res.server_clock or stream.server_clock
+            if stream.on_start is not None:   # no chunk came: in the server's clock the slot's time runs on
+                self._cycle(prev, prev.start + prev.latency if prev and self.res.server_clock else rec.start)
+                stream.on_start = None
             self._count(rec)
             prev, follow = rec, p.then if rec.success else None
         if prev is not None:                # the stream's last request: its own time, not the drain's idle tail
@@ -196,10 +228,12 @@ async def run_share(base_url: str, backend: str, model: str,
                     prompts: Sequence[Prompt] | Callable[[], Prompt | None], concurrency: int,
                     timeout_s: float, should_abort: Callable[[], bool] = lambda: False,
                     counters: Any = None, more: Callable[[int], bool] | None = None,
-                    on_cycle: Callable[[Cycle], None] | None = None) -> ShareResult:
+                    on_cycle: Callable[[Cycle], None] | None = None, time_scale: float = 1.0) -> ShareResult:
     """`prompts`: a list, or a callable giving the next prompt (None: no more); `more(started)` is asked before
-    each request (False: stop starting requests, let the ones in flight finish); `on_cycle` gets each Cycle."""
-    share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters, more, on_cycle)
+    each request (False: stop starting requests, let the ones in flight finish); `on_cycle` gets each Cycle;
+    `time_scale`: the stand-in's, to read its clock stamps in the scaled clock's seconds."""
+    share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters, more, on_cycle,
+                   time_scale)
     conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     cpu0 = time.process_time()

@@ -39,7 +39,7 @@ from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress
 from tunectl.runners.clients.datasets import tokenized
 from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics, slo_metrics
 from tunectl.runners.clients.prompts import Prompt, PromptStream, count_requests, make_prompts, warmup_prompts
-from tunectl.runners.clients.steady import Control, StopRule, steady, steady_window
+from tunectl.runners.clients.steady import MIN_SAMPLES, Control, Steady, StopRule, steady, steady_window
 from tunectl.workloads import DATASETS
 
 __all__ = ["CLIENT", "METRIC_KEYS", "BuiltinClient", "LevelMetrics", "StopRule", "auto_processes", "run_level"]
@@ -84,17 +84,17 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
     wall0 = time.perf_counter()
     warm = asyncio.run(run_share(base_url, backend, model, warmup_prompts(workload), 1, request_timeout_s,
                                  should_abort))
-    control = Control(rule, concurrency, time_scale) if rule is not None else None
+    control = Control(rule, concurrency, time_scale, server_clock=warm.server_clock) if rule is not None else None
     if warm.server_gone or should_abort() or any(not r.success for r in warm.records):
         shares = [ShareResult(records=[], t0=wall0, t_end=wall0, aborted=warm.aborted or should_abort(),
                               server_gone=warm.server_gone, errors=["warmup: " + e for e in warm.errors])]
     elif procs == 1 and not isolate:
         shares = [_single(base_url, backend, model, prompts, concurrency, request_timeout_s, should_abort,
-                          progress, control)]
+                          progress, control, time_scale)]
     else:
         from tunectl.runners.clients._procs import run_processes
         shares = run_processes(base_url, backend, model, prompts, concurrency, procs, request_timeout_s,
-                               should_abort, progress, control)
+                               should_abort, progress, control, time_scale)
     if rule is not None:
         # What was started: a cap that comes before the planned requests were all sent ends the level (capped),
         # it fails no request. With none started (no server) the planned ones count as failed.
@@ -111,7 +111,7 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
 
 def _single(base_url: str, backend: str, model: str, prompts: list[Prompt] | PromptStream, concurrency: int,
             timeout_s: float, should_abort: Callable[[], bool], progress: Callable[[dict[str, Any]], None] | None,
-            control: Control | None) -> ShareResult:
+            control: Control | None, time_scale: float) -> ShareResult:
     counters = [0, 0, 0, 0]
     stop = threading.Event()
     total = count_requests(prompts) if isinstance(prompts, list) else 0
@@ -119,7 +119,8 @@ def _single(base_url: str, backend: str, model: str, prompts: list[Prompt] | Pro
     more = (lambda started: not control.done(started)) if control is not None else None
     try:
         return asyncio.run(run_share(base_url, backend, model, prompts, concurrency, timeout_s, should_abort,
-                                     counters, more=more, on_cycle=control.add if control is not None else None))
+                                     counters, more=more, on_cycle=control.add if control is not None else None,
+                                     time_scale=time_scale))
     finally:
         stop.set()
         if reporter:
@@ -155,20 +156,42 @@ def _chunks(records: list[ReqRecord]) -> list[tuple[float, float]]:
     return out
 
 
+def _duration(started: list[ShareResult], records: list[ReqRecord]) -> float:
+    """bench_serving's duration: the client's run on its own clock; in the server's clock (the stand-in's
+    stamps): its first request's arrival to its last token."""
+    if not started:
+        return 0.0
+    if any(s.server_clock for s in started):
+        ok = [r for r in records if r.success]
+        return max(r.start + r.latency for r in ok) - min(r.start for r in ok) if ok else 0.0
+    return max(s.t_end for s in started) - min(s.t0 for s in started)
+
+
+def _steady(shares: list[ShareResult], records: list[ReqRecord], concurrency: int, time_scale: float) -> Steady | None:
+    """Cycles when a steady wave of them finished; else the tokens streamed in the steady window when it spans
+    at least one request; else None (the level's whole-run figures stand alone)."""
+    st = steady([c for s in shares for c in s.cycles], concurrency, time_scale)
+    if st is not None and st.samples >= concurrency:
+        return st
+    ok = [r.latency for r in records if r.success]
+    win = steady_window(_chunks(records), [r.start for r in records], concurrency, time_scale,
+                        min_span=float(np.median(ok)) if ok else 0.0)
+    if win is not None:
+        return win
+    return st if st is not None and st.samples >= max(MIN_SAMPLES, concurrency // 2) else None
+
+
 def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float) -> None:
     records: list[ReqRecord] = [r for s in shares for r in s.records]
     started = [s for s in shares if s.records]
-    duration = (max(s.t_end for s in started) - min(s.t0 for s in started)) if started else 0.0
+    duration = _duration(started, records)
     out.completed = sum(r.success for r in records)
     out.failed = out.num_prompts - out.completed
     out.errors = [e for s in shares for e in s.errors][:MAX_ERRORS]
     out.aborted = any(s.aborted for s in shares)
     out.server_gone = any(s.server_gone for s in shares)
     out.metrics = compute_metrics(records, duration, time_scale, out.concurrency) if started else {}
-    out.steady = steady([c for s in shares for c in s.cycles], out.concurrency, time_scale)
-    if out.steady is None or out.steady.samples < out.concurrency:
-        out.steady = steady_window(_chunks(records), [r.start for r in records], out.concurrency, time_scale) \
-            or out.steady
+    out.steady = _steady(shares, records, out.concurrency, time_scale)
     if out.steady is not None and out.metrics:
         out.metrics["steady_output_throughput"] = out.steady.interval.value
         out.metrics["steady_duration"] = out.steady.window_s

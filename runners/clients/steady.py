@@ -18,7 +18,9 @@ between the end of warm-up and the last request start instead (10 equal sub-wind
 
 `Control` decides on-line when a level may stop issuing requests: at least `min_prompts` requests and
 `min_s` modeled seconds and steady requests of half a wave (c / 2), then as soon as the interval's half-width is
-<= `precision` of the value, or at the `max_s` cap (then `capped`).
+<= `precision` of the value, or at the `max_s` cap (then `capped`). With `server_clock` (the stand-in stamps its
+clock on every chunk) elapsed time is read from the cycles (the latest time seen - the first start), else from
+this host's clock.
 """
 from __future__ import annotations
 
@@ -34,10 +36,11 @@ MIN_SAMPLES = 5
 
 @dataclass
 class Cycle:
-    start: float           # wall perf_counter seconds
+    start: float           # wall perf_counter seconds, or the server's clock x time scale (`server`)
     end: float
     next_start: float
     tokens: int            # tokens the server streamed (0 for a failed request)
+    server: bool = False
 
 
 @dataclass
@@ -69,14 +72,15 @@ def steady(cycles: list[Cycle], concurrency: int, time_scale: float = 1.0) -> St
 
 
 def steady_window(tokens: list[tuple[float, float]], starts: list[float], concurrency: int,
-                  time_scale: float = 1.0) -> Steady | None:
+                  time_scale: float = 1.0, min_span: float = 0.0) -> Steady | None:
     """`tokens`: (time, count) of every streamed chunk; `starts`: request start times; warm-up ends with the first
-    completion (the first stream's last chunk is not known here: the first request's start of a second wave)."""
+    completion (the first stream's last chunk is not known here: the first request's start of a second wave).
+    A window shorter than `min_span` (one request's latency: the streams have not cycled once) measures nothing."""
     if len(starts) <= concurrency or not tokens:
         return None
     ordered = sorted(starts)
     t_a, t_b = ordered[concurrency], ordered[-1]        # the first replacement request, the last request
-    if t_b <= t_a:
+    if t_b <= t_a or t_b - t_a < min_span:
         return None
     k = BATCHES
     width = (t_b - t_a) / k
@@ -107,14 +111,20 @@ class Control:
     concurrency: int
     time_scale: float = 1.0
     t0: float | None = None           # the first request's start (client workers may take a while to start)
+    server_clock: bool = False        # the cycles carry the server's clock: elapsed time is read from them
     cycles: list[Cycle] = field(default_factory=list)
     capped: bool = False
     stopped: bool = False
     _seen: int = -1
     _precise: bool = False
+    _first: float = math.inf
+    _latest: float = -math.inf
 
     def add(self, cycle: Cycle) -> None:
         self.cycles.append(cycle)
+        if cycle.server:
+            self._first = min(self._first, cycle.start)
+            self._latest = max(self._latest, cycle.next_start, cycle.end)
 
     def done(self, started: int, now: float | None = None) -> bool:
         """True once the level has measured enough: no more requests are started."""
@@ -124,7 +134,10 @@ class Control:
         if self.t0 is None:
             self.t0 = now
         r = self.rule
-        elapsed = (now - self.t0) / self.time_scale
+        if self.server_clock:
+            elapsed = max(0.0, self._latest - self._first) / self.time_scale
+        else:
+            elapsed = (now - self.t0) / self.time_scale
         if started >= r.max_prompts or elapsed >= r.max_s:
             self.stopped, self.capped = True, not self._is_precise(force=True)
         elif started >= r.min_prompts and elapsed >= r.min_s and self._is_precise():

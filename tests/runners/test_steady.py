@@ -8,7 +8,7 @@ import pytest
 from tests.helpers import fakeserver as fake
 from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients.builtin import StopRule, run_level
-from tunectl.runners.clients.steady import Cycle, steady
+from tunectl.runners.clients.steady import Control, Cycle, steady, steady_window
 
 TTFT_MS, ITL_MS, CHUNK, OUT, RATIO, STREAMS = 40.0, 40.0, 2, 48, 1 / 3, 64
 
@@ -70,3 +70,24 @@ def test_warm_up_and_drain_are_left_out() -> None:
     assert st is not None and st.samples == 20
     assert st.interval.value == pytest.approx(20.0)
     assert st.interval.low == pytest.approx(20.0) and st.interval.high == pytest.approx(20.0)
+
+
+def test_on_the_servers_clock_the_cap_is_modeled_time_not_this_hosts() -> None:
+    # Stamped cycles (the stand-in's clock, x time scale 0.01): 30 modeled seconds have passed whatever the wall
+    # clock says; the 40-second cap is not reached, then it is.
+    ctl = Control(StopRule(min_prompts=1, precision=1e-9, max_s=40.0), concurrency=2, time_scale=0.01,
+                  server_clock=True)
+    assert not ctl.done(2, now=1e9)                                  # no cycle yet: no modeled time has passed
+    ctl.add(Cycle(0.0, 0.1, 0.1, 10, server=True))
+    ctl.add(Cycle(0.1, 0.3, 0.3, 10, server=True))
+    assert not ctl.done(4, now=1e9)                                  # 0.3 / 0.01 = 30 modeled s
+    ctl.add(Cycle(0.3, 0.41, 0.41, 10, server=True))
+    assert ctl.done(5, now=0.0) and ctl.capped                       # 41 modeled s: capped
+
+
+def test_a_steady_window_shorter_than_one_request_measures_nothing() -> None:
+    # Two streams, the second wave's requests start 0.1 s apart while a request takes 1 s: no stream has cycled.
+    tokens = [(t / 10, 1.0) for t in range(30)]
+    starts = [0.0, 0.0, 1.0, 1.1]
+    assert steady_window(tokens, starts, concurrency=2, min_span=1.0) is None
+    assert steady_window(tokens, starts, concurrency=2) is not None

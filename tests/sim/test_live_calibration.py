@@ -1,7 +1,7 @@
-"""The live stand-in (subprocess, HTTP, the built-in client) reproduces the seeds' baseline within +-15%, whenever
-the client could drive it (a level it does not flag client_bound).
+"""The live stand-in (subprocess, HTTP, the built-in client) reproduces the seeds' baseline within 5%, busy host or
+not: the client reads the server's own clock (every chunk carries it), and that clock waits for a late client.
 
-A slow time scale keeps host CPU noise out of the modeled numbers; bench/calibrate.py prints the full table.
+bench/calibrate.py prints the full table.
 """
 from __future__ import annotations
 
@@ -19,9 +19,6 @@ def test_baseline_at_64_is_880(launch) -> None:
     wl = WorkloadSpec(input_len=256, output_len=128, range_ratio=1.0)
     m = run_level(srv.url, 64, wl, 64, time_scale=SCALE)
     assert m.completed == 64 and m.failed == 0
-    got = m.metrics["output_throughput"]
-    assert got < 880 * 1.15                       # the stand-in never serves faster than its model
-    # The seeds' number unless the client could not keep 64 requests in flight: on a busy host it measures its
-    # own event loop's oversleep and flags the level client_bound, and then its reading is low, not the stand-in.
-    if not m.client_bound:
-        assert got == pytest.approx(880, rel=0.15), m.client
+    # One wave of 64 identical requests: the whole run is the model's, even when the client flags itself
+    # client_bound (its own loop is late on a busy host; the server's clock is not).
+    assert m.metrics["output_throughput"] == pytest.approx(880, rel=0.05), m.client
