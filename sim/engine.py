@@ -1,14 +1,18 @@
 """The live stand-in's scheduler loop: the shared Scheduler on its own modeled clock, one asyncio task.
 
-The modeled clock is virtual: it advances by each step's modeled duration and by nothing else, so what the server
-does (batches, crashes, hangs, token times) does not depend on how busy the host is. Wall time only paces it, as a
-soft target: a step takes at least `ms x scale` of wall time; a late step is not made up for.
+The modeled clock is virtual: it advances by each step's modeled duration (and, while the server is idle, by the
+idle wall time / scale), so what the server does (batches, crashes, hangs, token times) does not depend on how
+busy the host is. Wall time paces it: steps end no earlier than `anchor + modeled x scale`, late steps run back to
+back until on time again; time spent waiting for a client (below) moves the anchor, it is not made up for.
 
 A closed-loop client answers a finished request with its next one at once; on a busy host that answer can come
 late in wall time. The loop waits for it: each request finished by a step is expected to be replaced before the
 next step runs, until all replacements came or none came for `QUIET_S` of wall time (the client stopped: the
-expectation is dropped until the next arrival). An idle server does not advance the clock either; a burst that
-wakes it is gathered (until `QUIET_S` passes without an arrival, at most `GATHER_MAX_S`) before the first step.
+expectation is dropped until the next arrival). Only requests of clients that read the server's clock are waited
+for (they send `X-Sim-Clock: wait`); an idle server's clock runs on in scaled wall time, so a client that measures
+on its own clock (the real `sglang.bench_serving`) reads what it did on a wall-time clock. A burst of new streams
+(an idle server woken, or more waiting requests than the replacements expected) is gathered until `QUIET_S` passes without
+an arrival (at most `GATHER_MAX_S`) before the next step.
 Arrivals are stamped with the modeled time at which the next step can take them (`vnow`); every streamed update
 carries the modeled time of the step that produced it (served to clients in `meta_info.sim_clock_ts`).
 """
@@ -47,7 +51,8 @@ class Engine:
         self.vnow = 0.0                   # modeled seconds: the sum of the steps run so far
         self.expect = 0                   # replacements awaited for requests finished by the last steps
         self.armed = True                 # False once the client let a replacement window pass in silence
-        self._wall_next = time.monotonic()
+        self.burst = False                # requests beyond the expected replacements came: gather them first
+        self._anchor = time.monotonic()   # wall time at modeled time 0, moved on after waits for a client
         self.decode_steps = 0
         self.last_gen_throughput = 0.0
         self.metrics = Metrics()
@@ -61,6 +66,7 @@ class Engine:
         self.queues[req.rid] = q
         req.arrival = self.vnow
         self.sched.add(req)
+        self.burst = self.burst or (req.waits and self.expect == 0)   # not a replacement: new streams arrive
         self.expect, self.armed = max(0, self.expect - 1), True
         self.wake.set()
         return q
@@ -79,21 +85,24 @@ class Engine:
                 await self._hang()
                 return
             self.vnow += step.ms / 1000.0
-            await self._pace(step.ms / 1000.0)
+            await self._pace()
             if step.crash is not None:
                 self.on_crash(step.crash)
                 return
             self._deliver(step)
             self._log_step(step)
             if self.armed:
-                self.expect += len(step.finished)
+                self.expect += sum(r.waits for r in step.finished)
 
-    async def _pace(self, modeled_s: float) -> None:
-        """Soft wall-time target: the step lasts at least modeled_s x scale; lateness is forgiven, not made up."""
-        now = time.monotonic()
-        self._wall_next = max(self._wall_next, now) + modeled_s * self.scale
-        delay = self._wall_next - now
+    async def _pace(self) -> None:
+        """Wall time paces the clock: a step ends no earlier than `anchor + vnow x scale`; late steps run back to
+        back until the clock is on time again (a client on its own clock sees modeled = wall / scale)."""
+        delay = self._anchor + self.vnow * self.scale - time.monotonic()
         await asyncio.sleep(delay if delay > 0.0005 else 0)
+
+    def _reanchor(self) -> None:
+        """Time spent waiting for a client is not made up for: pace on from here."""
+        self._anchor = time.monotonic() - self.vnow * self.scale
 
     async def _quiet(self, until: Callable[[], bool], max_s: float) -> bool:
         """Wait until `until()` or no arrival for QUIET_S (at most max_s); True if `until()` came true."""
@@ -110,15 +119,27 @@ class Engine:
         return until()
 
     async def _replacements(self) -> None:
+        if not self.expect and not self.burst:
+            return
         if self.expect and not await self._quiet(lambda: self.expect == 0, GATHER_MAX_S):
             self.expect, self.armed = 0, False
+        if self.burst:
+            await self._quiet(lambda: False, GATHER_MAX_S)
+            self.burst = False
+        self._reanchor()
 
     async def _gather(self) -> None:
-        """Idle: wait for work, then let a burst of arrivals finish landing before the first step."""
+        """Idle: wait for work, then let a burst of arrivals finish landing before the first step. Idle time
+        runs the clock on (scaled wall time: a client that does not read the server's clock measures on its own)."""
+        idle = time.monotonic()
         self.wake.clear()
         await self.wake.wait()
+        self.vnow += (time.monotonic() - idle) / self.scale
+        for r in self.sched.waiting:
+            r.arrival = self.vnow
         await self._quiet(lambda: False, GATHER_MAX_S)
-        self.expect = 0
+        self.expect, self.burst = 0, False
+        self._reanchor()
 
     async def _hang(self) -> None:
         await asyncio.sleep(self.setup.watchdog_s * self.scale)

@@ -16,6 +16,7 @@ from tunectl.sim.sched import Req, block_keys
 
 _rid = itertools.count(1)
 WORD = " ok"
+CLOCK_HEADER = "X-Sim-Clock"   # "wait": the client measures in the server's clock; wait for its next request
 
 
 class Api:
@@ -77,14 +78,15 @@ class Api:
                                  "running or waiting requests, the operation will not be performed.)\n")
 
     # ------------------------------------------------------------------------------------- generation
-    def _make_req(self, prompt: Any, max_new: int) -> Req:
+    def _make_req(self, request: web.Request, prompt: Any, max_new: int) -> Req:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             prompt = prompt[0]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]
         ids = self.st.tokenize(prompt) if isinstance(prompt, str) else list(prompt or [])
         self.st.check_vocab(ids)
-        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), block_keys(ids))
+        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), block_keys(ids),
+                   waits=request.headers.get(CLOCK_HEADER) == "wait")
 
     def _unavailable(self) -> web.Response | None:
         if self.st.engine is None or self.st.shutting_down:
@@ -97,7 +99,7 @@ class Api:
         body = await request.json()
         sp = body.get("sampling_params") or {}
         prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
-        req = self._make_req(prompt, sp.get("max_new_tokens", 128))
+        req = self._make_req(request, prompt, sp.get("max_new_tokens", 128))
         q = self.st.engine.submit(req)
         if not body.get("stream"):
             while not (up := await q.get()).finished:
@@ -123,7 +125,7 @@ class Api:
         if (bad := self._unavailable()) is not None:
             return bad
         body = await request.json()
-        req = self._make_req(body.get("prompt", ""), body.get("max_tokens", 16))
+        req = self._make_req(request, body.get("prompt", ""), body.get("max_tokens", 16))
         q = self.st.engine.submit(req)
         if not body.get("stream"):
             while not (up := await q.get()).finished:

@@ -143,7 +143,10 @@ def test_both_clients_measure_each_level_on_one_launch(env):
     assert real["completed"] == 16                                 # parsed from the real client's result file
     assert ours["completed"] >= 16 and ours["samples"] > 0         # the built-in client's steady level: more
     ratio = real["metrics"]["output_throughput"] / ours["metrics"]["output_throughput"]
-    assert 0.5 < ratio < 2.0, ratio                                # same server, same workload, modeled units
+    # Same server, same workload, modeled units (a unit slip would be 1/scale = 20x). The built-in client reads
+    # the stand-in's own clock; the real client measures on this host's clock, so its own per-request overhead on
+    # a busy host counts against it (docs/sim.md, "The clock"): it may read lower, never higher.
+    assert 0.25 < ratio < 1.25, ratio
     log = Path(doc["results_dir"], "server.log").read_text()
     assert log.count("The server is fired up and ready to roll!") == 1   # both clients, one launch
 

@@ -35,7 +35,8 @@ def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStrea
     on_cycle = None
     if cycles is not None:
         cycles.cancel_join_thread()      # the parent reads the final cycles from the result, not from here
-        on_cycle = lambda c: cycles.put((c.start, c.end, c.next_start, c.tokens, c.server))  # noqa: E731
+        on_cycle = lambda c: cycles.put((c.start, c.end, c.next_start, c.tokens, c.server,  # noqa: E731
+                                         idx * 100_000 + c.slot))
     try:
         barrier.wait(timeout=60)
         res = asyncio.run(run_share(base_url, backend, model, prompts, conc, timeout_s, stop.is_set, view,

@@ -31,6 +31,7 @@ from tunectl.runners.clients.steady import Cycle
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _CLOCK = re.compile(rb'"sim_clock_ts"\s*:\s*\[\s*([-0-9.eE+]+)\s*,\s*([-0-9.eE+]+)\s*\]')
 MAX_ERRORS = 5
+_CLOCK_HEADER = {"X-Sim-Clock": "wait"}   # the stand-in: this client reads its clock, wait for our next request
 
 
 @dataclass
@@ -132,7 +133,7 @@ async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: s
                rec: ReqRecord, counters: Any, stream: _Stream) -> None:
     path, payload = _payload(backend, model, p)
     rec.start = stream.last = time.perf_counter()
-    async with session.post(base + path, json=payload) as resp:
+    async with session.post(base + path, json=payload, headers=_CLOCK_HEADER) as resp:
         if resp.status != 200:
             rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
             return
@@ -173,22 +174,22 @@ class _Share:
             self.counters[3] += 1
         return p
 
-    def _cycle(self, prev: ReqRecord | None, next_start: float) -> None:
+    def _cycle(self, prev: ReqRecord | None, next_start: float, slot: int = -1) -> None:
         if prev is None:
             return
         c = Cycle(prev.start, prev.start + prev.latency, next_start, prev.output_len if prev.success else 0,
-                  self.res.server_clock)
+                  self.res.server_clock, slot)
         self.res.cycles.append(c)
         if self.on_cycle:
             self.on_cycle(c)
 
-    async def worker(self, session: aiohttp.ClientSession) -> None:
+    async def worker(self, session: aiohttp.ClientSession, slot: int = -1) -> None:
         prev: ReqRecord | None = None
         follow: Prompt | None = None
         while (p := self._next(follow)) is not None:
             rec = ReqRecord(input_len=p.input_len)
             self.res.records.append(rec)
-            stream = _Stream(rec, self.backend, self.scale, lambda r, q=prev: self._cycle(q, r.start))
+            stream = _Stream(rec, self.backend, self.scale, lambda r, q=prev: self._cycle(q, r.start, slot))
             try:
                 await _one(session, self.base, self.backend, self.model, p, rec, self.counters, stream)
             except aiohttp.ClientConnectorError as e:
@@ -198,12 +199,12 @@ class _Share:
                 rec.error = f"{type(e).__name__}: {e}"[:300]
             self.res.server_clock = self.res.server_clock or stream.server_clock
             if stream.on_start is not None:   # no chunk came: in the server's clock the slot's time runs on
-                self._cycle(prev, prev.start + prev.latency if prev and self.res.server_clock else rec.start)
+                self._cycle(prev, prev.start + prev.latency if prev and self.res.server_clock else rec.start, slot)
                 stream.on_start = None
             self._count(rec)
             prev, follow = rec, p.then if rec.success else None
         if prev is not None:                # the stream's last request: its own time, not the drain's idle tail
-            self._cycle(prev, prev.start + prev.latency)
+            self._cycle(prev, prev.start + prev.latency, slot)
 
     def _count(self, rec: ReqRecord) -> None:
         if rec.error and len(self.res.errors) < MAX_ERRORS:
@@ -240,7 +241,7 @@ async def run_share(base_url: str, backend: str, model: str,
     async with aiohttp.ClientSession(connector=conn, timeout=timeout, read_bufsize=1 << 20) as session:
         share.res.t0 = time.perf_counter()
         n = concurrency if callable(prompts) else min(concurrency, len(prompts))
-        tasks = [asyncio.create_task(share.worker(session)) for _ in range(n)]
+        tasks = [asyncio.create_task(share.worker(session, slot)) for slot in range(n)]
         watcher = asyncio.create_task(share.watch(tasks))
         await asyncio.gather(*tasks, return_exceptions=True)
         share.res.t_end = time.perf_counter()

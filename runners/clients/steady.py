@@ -41,6 +41,7 @@ class Cycle:
     next_start: float
     tokens: int            # tokens the server streamed (0 for a failed request)
     server: bool = False
+    slot: int = -1         # the stream it ran on (-1: not known)
 
 
 @dataclass
@@ -58,7 +59,10 @@ def steady(cycles: list[Cycle], concurrency: int, time_scale: float = 1.0) -> St
     if len(st) < MIN_SAMPLES:
         return None
     k = min(BATCHES, len(st))
-    batches = [st[i * len(st) // k:(i + 1) * len(st) // k] for i in range(k)]
+    if all(c.slot >= 0 for c in st) and len({c.slot for c in st}) >= k:
+        batches = [[c for c in st if c.slot % k == j] for j in range(k)]
+    else:
+        batches = [st[i * len(st) // k:(i + 1) * len(st) // k] for i in range(k)]
 
     def rate(group: list[Cycle]) -> float:
         busy = sum(c.next_start - c.start for c in group)
