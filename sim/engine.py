@@ -6,13 +6,13 @@ busy the host is. Wall time paces it: steps end no earlier than `anchor + modele
 back until on time again; time spent waiting for a client (below) moves the anchor, it is not made up for.
 
 A closed-loop client answers a finished request with its next one at once; on a busy host that answer can come
-late in wall time. The loop waits for it: each request finished by a step is expected to be replaced before the
-next step runs, until all replacements came or none came for `QUIET_S` of wall time (the client stopped: the
-expectation is dropped until the next arrival). Only requests of clients that read the server's clock are waited
-for (they send `X-Sim-Clock: wait`); an idle server's clock runs on in scaled wall time, so a client that measures
-on its own clock (the real `sglang.bench_serving`) reads what it did on a wall-time clock. A burst of new streams
-(an idle server woken, or more waiting requests than the replacements expected) is gathered until `QUIET_S` passes without
-an arrival (at most `GATHER_MAX_S`) before the next step.
+late in wall time. A client that reads the server's clock says how many requests it keeps in flight
+(`X-Sim-Clock: streams=N; level=ID`), and the loop waits for it: no step runs while fewer than N requests are in
+flight, until they are (its next requests came, or a new level's burst has landed), the client says that level
+sends no more (`streams=0`, on any request) or none came for `SILENT_S` of wall time (a client gone silent).
+Other clients (the real `sglang.bench_serving`) are not waited for, and an idle server's clock runs on in scaled wall time, so a client
+that measures on its own clock reads what it did on a wall-time clock; a burst of theirs that wakes an idle
+server is gathered until `QUIET_S` passes without an arrival (at most `GATHER_MAX_S`).
 Arrivals are stamped with the modeled time at which the next step can take them (`vnow`); every streamed update
 carries the modeled time of the step that produced it (served to clients in `meta_info.sim_clock_ts`).
 """
@@ -30,8 +30,10 @@ from tunectl.sim.metrics import Metrics
 from tunectl.sim.sched import Req, RuntimeCrash, Scheduler, Step
 
 DECODE_LOG_INTERVAL = 40
-QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "20")) / 1000  # wall: the client is done sending when
+QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "10")) / 1000  # wall: the client is done sending when
 GATHER_MAX_S = 0.5      # no request came for this long (a burst: at most this long)
+SILENT_S = 2.0          # a clock-reading client that sent nothing for this long (wall) is not waited for
+WAIT_MAX_S = 10.0       # the longest wait for its requests
 
 
 @dataclass
@@ -49,9 +51,9 @@ class Engine:
         self.queues: dict[int, asyncio.Queue[Update]] = {}
         self.wake = asyncio.Event()
         self.vnow = 0.0                   # modeled seconds: the sum of the steps run so far
-        self.expect = 0                   # replacements awaited for requests finished by the last steps
-        self.armed = True                 # False once the client let a replacement window pass in silence
-        self.burst = False                # requests beyond the expected replacements came: gather them first
+        self.streams = 0                  # requests the clock-reading client keeps in flight (its latest word)
+        self.armed = False                # off once that client let QUIET_S pass short of its streams
+        self.released: set[str] = set()   # levels whose client said it sends no more
         self._anchor = time.monotonic()   # wall time at modeled time 0, moved on after waits for a client
         self.decode_steps = 0
         self.last_gen_throughput = 0.0
@@ -61,15 +63,26 @@ class Engine:
     def modeled_now(self) -> float:
         return self.vnow
 
-    def submit(self, req: Req) -> asyncio.Queue[Update]:
+    def submit(self, req: Req, clock: tuple[int, str] | None = None) -> asyncio.Queue[Update]:
         q: asyncio.Queue[Update] = asyncio.Queue()
         self.queues[req.rid] = q
         req.arrival = self.vnow
         self.sched.add(req)
-        self.burst = self.burst or (req.waits and self.expect == 0)   # not a replacement: new streams arrive
-        self.expect, self.armed = max(0, self.expect - 1), True
+        if clock is not None:
+            self.declare(*clock)
         self.wake.set()
         return q
+
+    def declare(self, streams: int, level: str) -> None:
+        """A clock-reading client keeps `streams` requests in flight for `level`; 0: that level sends no more."""
+        if level in self.released:
+            return
+        if streams == 0:
+            self.released.add(level)
+            self.armed = False
+        else:
+            self.streams, self.armed = streams, True
+        self.wake.set()
 
     def inflight(self) -> int:
         return len(self.queues)
@@ -91,8 +104,6 @@ class Engine:
                 return
             self._deliver(step)
             self._log_step(step)
-            if self.armed:
-                self.expect += sum(r.waits for r in step.finished)
 
     async def _pace(self) -> None:
         """Wall time paces the clock: a step ends no earlier than `anchor + vnow x scale`; late steps run back to
@@ -104,13 +115,13 @@ class Engine:
         """Time spent waiting for a client is not made up for: pace on from here."""
         self._anchor = time.monotonic() - self.vnow * self.scale
 
-    async def _quiet(self, until: Callable[[], bool], max_s: float) -> bool:
-        """Wait until `until()` or no arrival for QUIET_S (at most max_s); True if `until()` came true."""
+    async def _quiet(self, until: Callable[[], bool], max_s: float, quiet_s: float = QUIET_S) -> bool:
+        """Wait until `until()` or no arrival for quiet_s (at most max_s); True if `until()` came true."""
         deadline = time.monotonic() + max_s
         while not until() and time.monotonic() < deadline:
             self.wake.clear()
             try:
-                await asyncio.wait_for(self.wake.wait(), QUIET_S)
+                await asyncio.wait_for(self.wake.wait(), quiet_s)
             except asyncio.TimeoutError:
                 for _ in range(3):          # requests already read but not yet handled get their turn
                     await asyncio.sleep(0)
@@ -118,14 +129,15 @@ class Engine:
                     break
         return until()
 
+    def _short(self) -> bool:
+        return self.armed and len(self.queues) < self.streams
+
     async def _replacements(self) -> None:
-        if not self.expect and not self.burst:
+        """Before a step: the clock-reading client's requests are all in flight, or it has stopped sending."""
+        if not self._short():
             return
-        if self.expect and not await self._quiet(lambda: self.expect == 0, GATHER_MAX_S):
-            self.expect, self.armed = 0, False
-        if self.burst:
-            await self._quiet(lambda: False, GATHER_MAX_S)
-            self.burst = False
+        if not await self._quiet(lambda: not self._short(), WAIT_MAX_S, SILENT_S):
+            self.armed = False
         self._reanchor()
 
     async def _gather(self) -> None:
@@ -137,8 +149,10 @@ class Engine:
         self.vnow += (time.monotonic() - idle) / self.scale
         for r in self.sched.waiting:
             r.arrival = self.vnow
-        await self._quiet(lambda: False, GATHER_MAX_S)
-        self.expect, self.burst = 0, False
+        if self.armed:
+            await self._replacements()
+        else:
+            await self._quiet(lambda: False, GATHER_MAX_S)
         self._reanchor()
 
     async def _hang(self) -> None:

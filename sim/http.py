@@ -16,7 +16,8 @@ from tunectl.sim.sched import Req, block_keys
 
 _rid = itertools.count(1)
 WORD = " ok"
-CLOCK_HEADER = "X-Sim-Clock"   # "wait": the client measures in the server's clock; wait for its next request
+CLOCK_HEADER = "X-Sim-Clock"   # "streams=N; level=ID": the client reads the server's clock and keeps N requests in
+                               # flight for level ID; N = 0 (on any request): that level sends no more
 
 
 class Api:
@@ -54,7 +55,10 @@ class Api:
         self.st.log(f'INFO:     {addr} - "{request.method} {request.path} HTTP/1.1" {resp.status} {reason}')
         return resp
 
-    async def health(self, _: web.Request) -> web.Response:
+    async def health(self, request: web.Request) -> web.Response:
+        clock = _clock(request)
+        if clock is not None and self.st.engine is not None:
+            self.st.engine.declare(*clock)
         ok = self.st.ready and not self.st.shutting_down
         return web.Response(status=200 if ok else 503)
 
@@ -85,8 +89,7 @@ class Api:
             prompt = prompt[0]
         ids = self.st.tokenize(prompt) if isinstance(prompt, str) else list(prompt or [])
         self.st.check_vocab(ids)
-        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), block_keys(ids),
-                   waits=request.headers.get(CLOCK_HEADER) == "wait")
+        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), block_keys(ids))
 
     def _unavailable(self) -> web.Response | None:
         if self.st.engine is None or self.st.shutting_down:
@@ -100,7 +103,7 @@ class Api:
         sp = body.get("sampling_params") or {}
         prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
         req = self._make_req(request, prompt, sp.get("max_new_tokens", 128))
-        q = self.st.engine.submit(req)
+        q = self.st.engine.submit(req, _clock(request))
         if not body.get("stream"):
             while not (up := await q.get()).finished:
                 pass
@@ -126,7 +129,7 @@ class Api:
             return bad
         body = await request.json()
         req = self._make_req(request, body.get("prompt", ""), body.get("max_tokens", 16))
-        q = self.st.engine.submit(req)
+        q = self.st.engine.submit(req, _clock(request))
         if not body.get("stream"):
             while not (up := await q.get()).finished:
                 pass
@@ -153,6 +156,13 @@ class Api:
             out["usage"] = {"prompt_tokens": req.input_len, "completion_tokens": req.output_len,
                             "total_tokens": req.input_len + req.output_len}
         return out
+
+
+def _clock(request: web.Request) -> tuple[int, str] | None:
+    """(streams, level) from a client that reads the server's clock, else None."""
+    fields = dict(part.strip().partition("=")[::2] for part in request.headers.get(CLOCK_HEADER, "").split(";"))
+    n = fields.get("streams", "")
+    return (int(n), fields.get("level", "")) if n.isdigit() else None
 
 
 async def _sse(request: web.Request) -> web.StreamResponse:

@@ -42,7 +42,6 @@ class Req:
     finish_t: float | None = None
     fresh: bool = True
     done: int = 0          # tokens generated before a retraction (re-prefilled with the prompt when it rejoins)
-    waits: bool = False    # live stand-in: its client reads the server's clock, and the clock waits for its next one
 
     @property
     def fill_len(self) -> int:

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import queue
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ ABORT_GRACE_S = 0.5         # after an abort, workers that have not answered by 
 def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStream, conc: int, barrier: Any,
             stop: Any, counters: Any, results: Any, enough: Any, cycles: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
-    base_url, backend, model, timeout_s, scale = args
+    base_url, backend, model, timeout_s, scale, streams, level = args
     view = _Slot(counters, idx)
     on_cycle = None
     if cycles is not None:
@@ -40,7 +41,8 @@ def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStrea
     try:
         barrier.wait(timeout=60)
         res = asyncio.run(run_share(base_url, backend, model, prompts, conc, timeout_s, stop.is_set, view,
-                                    more=lambda _n: not enough.is_set(), on_cycle=on_cycle, time_scale=scale))
+                                    more=lambda _n: not enough.is_set(), on_cycle=on_cycle, time_scale=scale,
+                                    streams=streams, level=level))
     except Exception as e:  # noqa: BLE001 - the parent must get an answer from every worker
         now = time.perf_counter()
         res = ShareResult(records=[], t0=now, t_end=now, errors=[f"worker {idx}: {type(e).__name__}: {e}"])
@@ -79,12 +81,13 @@ def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt]
     """`prompts`: a fixed list (split in proportion), or a PromptStream with a `control` deciding on-line (from
     the cycles the workers send) when the level has measured enough."""
     barrier, stop, results, enough = _CTX.Barrier(procs), _CTX.Event(), _CTX.Queue(), _CTX.Event()
+    level = uuid.uuid4().hex[:12]          # one id for the level's shares (the stand-in's clock waits for them)
     cycles = _CTX.Queue() if control is not None else None
     counters = _CTX.RawArray("q", 4 * procs)
     parts = _stream_split(prompts, concurrency, procs) if isinstance(prompts, PromptStream) else \
         _split(prompts, concurrency, procs)
     workers = [_CTX.Process(target=_worker, daemon=True, name=f"bench-{i}",
-                            args=(i, (base_url, backend, model, timeout_s, time_scale), part, conc, barrier, stop, counters,
+                            args=(i, (base_url, backend, model, timeout_s, time_scale, concurrency, level), part, conc, barrier, stop, counters,
                                   results, enough, cycles)) for i, (part, conc) in enumerate(parts)]
     for w in workers:
         w.start()

@@ -15,9 +15,11 @@ SGLang (no such field) times are this process's `perf_counter`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +33,7 @@ from tunectl.runners.clients.steady import Cycle
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _CLOCK = re.compile(rb'"sim_clock_ts"\s*:\s*\[\s*([-0-9.eE+]+)\s*,\s*([-0-9.eE+]+)\s*\]')
 MAX_ERRORS = 5
-_CLOCK_HEADER = {"X-Sim-Clock": "wait"}   # the stand-in: this client reads its clock, wait for our next request
+CLOCK_HEADER = "X-Sim-Clock"    # to the stand-in: "streams=N; level=ID" (N = 0: this level sends no more)
 
 
 @dataclass
@@ -130,10 +132,10 @@ class _Stream:
 
 
 async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: str, p: Prompt,
-               rec: ReqRecord, counters: Any, stream: _Stream) -> None:
+               rec: ReqRecord, counters: Any, stream: _Stream, headers: dict[str, str]) -> None:
     path, payload = _payload(backend, model, p)
     rec.start = stream.last = time.perf_counter()
-    async with session.post(base + path, json=payload, headers=_CLOCK_HEADER) as resp:
+    async with session.post(base + path, json=payload, headers=headers) as resp:
         if resp.status != 200:
             rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
             return
@@ -150,8 +152,12 @@ class _Share:
     def __init__(self, base: str, backend: str, model: str, prompts: Sequence[Prompt] | Callable[[], Prompt | None],
                  concurrency: int, should_abort: Callable[[], bool], counters: Any,
                  more: Callable[[int], bool] | None = None, on_cycle: Callable[[Cycle], None] | None = None,
-                 scale: float = 1.0):
+                 scale: float = 1.0, streams: int = 0, level: str = ""):
         self.base, self.backend, self.model, self.scale = base.rstrip("/"), backend, model, scale
+        # the stand-in: this client reads its clock; the level keeps `streams` requests in flight, wait for them
+        self.level = level or uuid.uuid4().hex[:12]
+        self.headers = {CLOCK_HEADER: f"streams={streams or concurrency}; level={self.level}"}
+        self.done_sending = False
         self.source = prompts if callable(prompts) else iter(prompts).__next__
         self.concurrency = concurrency
         self.should_abort = should_abort
@@ -163,16 +169,28 @@ class _Share:
 
     def _next(self, follow: Prompt | None = None) -> Prompt | None:
         """`follow`: the next turn of the stream's conversation, sent before a new conversation is taken."""
-        if self.res.server_gone or not self.more(self.started):
-            return None
-        try:
-            p = follow if follow is not None else self.source()
-        except StopIteration:
-            return None
-        if p is not None:
+        p = None
+        if not self.res.server_gone and self.more(self.started):
+            try:
+                p = follow if follow is not None else self.source()
+            except StopIteration:
+                p = None
+        if p is None:
+            self.done_sending = True
+        else:
             self.started += 1
             self.counters[3] += 1
         return p
+
+    async def release(self, session: aiohttp.ClientSession) -> None:
+        """Tell the stand-in this share sends no more requests: its clock need not wait for them (a no-op GET on
+        any other server)."""
+        while not self.done_sending:
+            await asyncio.sleep(0.002)
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            async with session.get(self.base + "/health", headers={CLOCK_HEADER: f"streams=0; level={self.level}"},
+                                   timeout=aiohttp.ClientTimeout(total=2.0)):
+                pass
 
     def _cycle(self, prev: ReqRecord | None, next_start: float, slot: int = -1) -> None:
         if prev is None:
@@ -191,7 +209,8 @@ class _Share:
             self.res.records.append(rec)
             stream = _Stream(rec, self.backend, self.scale, lambda r, q=prev: self._cycle(q, r.start, slot))
             try:
-                await _one(session, self.base, self.backend, self.model, p, rec, self.counters, stream)
+                await _one(session, self.base, self.backend, self.model, p, rec, self.counters, stream,
+                           self.headers)
             except aiohttp.ClientConnectorError as e:
                 rec.error = f"connection refused: {e}"
                 self.res.server_gone = True
@@ -229,12 +248,14 @@ async def run_share(base_url: str, backend: str, model: str,
                     prompts: Sequence[Prompt] | Callable[[], Prompt | None], concurrency: int,
                     timeout_s: float, should_abort: Callable[[], bool] = lambda: False,
                     counters: Any = None, more: Callable[[int], bool] | None = None,
-                    on_cycle: Callable[[Cycle], None] | None = None, time_scale: float = 1.0) -> ShareResult:
+                    on_cycle: Callable[[Cycle], None] | None = None, time_scale: float = 1.0,
+                    streams: int = 0, level: str = "") -> ShareResult:
     """`prompts`: a list, or a callable giving the next prompt (None: no more); `more(started)` is asked before
     each request (False: stop starting requests, let the ones in flight finish); `on_cycle` gets each Cycle;
-    `time_scale`: the stand-in's, to read its clock stamps in the scaled clock's seconds."""
+    `time_scale`: the stand-in's, to read its clock stamps in the scaled clock's seconds; `streams`: the level's
+    concurrency and `level` its id when this share is one of several processes."""
     share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters, more, on_cycle,
-                   time_scale)
+                   time_scale, streams, level)
     conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     cpu0 = time.process_time()
@@ -243,7 +264,10 @@ async def run_share(base_url: str, backend: str, model: str,
         n = concurrency if callable(prompts) else min(concurrency, len(prompts))
         tasks = [asyncio.create_task(share.worker(session, slot)) for slot in range(n)]
         watcher = asyncio.create_task(share.watch(tasks))
+        released = asyncio.create_task(share.release(session))
         await asyncio.gather(*tasks, return_exceptions=True)
+        share.done_sending = True
+        await asyncio.gather(released, return_exceptions=True)
         share.res.t_end = time.perf_counter()
         watcher.cancel()
     for rec in share.res.records:
