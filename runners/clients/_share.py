@@ -64,8 +64,9 @@ class _Stream:
     """Turns SSE `data:` bodies into TTFT / ITL / output length for one request."""
 
     def __init__(self, rec: ReqRecord, backend: str, scale: float = 1.0,
-                 on_start: Callable[[ReqRecord], None] | None = None):
+                 on_start: Callable[[ReqRecord], None] | None = None, read_clock: bool = True):
         self.rec, self.oai, self.scale, self.on_start = rec, backend == "sglang-oai", scale, on_start
+        self.read_clock = read_clock
         self.last = rec.start
         self.tokens = 0          # tokens reported so far (native: cumulative count; oai: chunks with text)
         self.usage: int | None = None
@@ -79,7 +80,7 @@ class _Stream:
             self.on_start = None
 
     def _clock(self, body: bytes, now: float) -> float:
-        m = _CLOCK.search(body)
+        m = _CLOCK.search(body) if self.read_clock else None
         if m is None:
             return now
         if not self.server_clock:
@@ -132,8 +133,11 @@ class _Stream:
 
 
 async def _one(session: aiohttp.ClientSession, base: str, backend: str, model: str, p: Prompt,
-               rec: ReqRecord, counters: Any, stream: _Stream, headers: dict[str, str]) -> None:
+               rec: ReqRecord, counters: Any, stream: _Stream | None = None,
+               headers: dict[str, str] | None = None) -> None:
+    """One request; without `stream` it is measured on this process's clock (an open-loop client's)."""
     path, payload = _payload(backend, model, p)
+    stream = stream if stream is not None else _Stream(rec, backend, read_clock=False)
     rec.start = stream.last = time.perf_counter()
     async with session.post(base + path, json=payload, headers=headers) as resp:
         if resp.status != 200:
