@@ -30,7 +30,7 @@ from tunectl.sim.metrics import Metrics
 from tunectl.sim.sched import Req, RuntimeCrash, Scheduler, Step
 
 DECODE_LOG_INTERVAL = 40
-QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "10")) / 1000  # wall: the client is done sending when
+QUIET_S = float(os.environ.get("TUNECTL_SIM_GATHER_MS", "3")) / 1000  # wall: the client is done sending when
 GATHER_MAX_S = 0.5      # no request came for this long (a burst: at most this long)
 SILENT_S = 2.0          # a clock-reading client that sent nothing for this long (wall) is not waited for
 WAIT_MAX_S = 10.0       # the longest wait for its requests
