@@ -59,7 +59,7 @@ def steady(cycles: list[Cycle], concurrency: int, time_scale: float = 1.0) -> St
     if len(st) < MIN_SAMPLES:
         return None
     k = min(BATCHES, len(st))
-    if all(c.slot >= 0 for c in st) and len({c.slot for c in st}) >= k:
+    if all(c.slot >= 0 and c.server for c in st) and len({c.slot for c in st}) >= k:   # the stand-in's clock
         batches = [[c for c in st if c.slot % k == j] for j in range(k)]
     else:
         batches = [st[i * len(st) // k:(i + 1) * len(st) // k] for i in range(k)]
