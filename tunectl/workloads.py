@@ -138,9 +138,10 @@ def check_files(workloads: list[WorkloadSpec], folder: Path, source: str) -> Non
     """Dataset paths resolve against the profile's folder; each file is read and checked now (one line naming the
     file, line and field when it is missing or malformed), not when its level starts."""
     for w in workloads:
-        if w.kind in DATASETS and importlib.util.find_spec("transformers") is None:
-            raise ProfileError(source, "bench.workloads.kind", w.kind, "dataset workloads need a tokenizer: "
-                               "pip install 'tunectl[datasets]' (transformers)")
+        missing = [m for m in ("transformers", "jinja2") if importlib.util.find_spec(m) is None]
+        if w.kind in DATASETS and missing:
+            raise ProfileError(source, "bench.workloads.kind", w.kind, "dataset workloads need a tokenizer and "
+                               f"its chat template: pip install 'tunectl[datasets]' ({', '.join(missing)})")
         if w.kind in DATASETS and w.path:
             where = Path(w.path).expanduser()
             w.path = str(where if where.is_absolute() else (folder / where).resolve())
