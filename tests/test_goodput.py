@@ -81,3 +81,21 @@ def test_a_crash_or_the_probe_budget_stops_the_bracket() -> None:
     assert br.stopped == "crash" and br.capacity == 4.0 and br.high is None
     br = bracket(_threshold(1e9, []), 1.0, 0.1, 5)
     assert br.stopped == "max_probes" and br.capacity == 16.0
+
+
+def test_one_stalled_probe_does_not_close_the_bracket_under_the_capacity() -> None:
+    """A probe failed once by a stall of the host (here: the first run at 2.0) is probed again before the bracket
+    closes on it; passing then, the search goes on upwards and still ends within the tolerance of the truth."""
+    seen: list[float] = []
+    truth = _threshold(12.4, seen)
+
+    def stalls_once_at_2(load: float) -> Probe:
+        if load == 2.0 and 2.0 not in seen:
+            seen.append(load)
+            return Probe(load, False, 0.9)
+        return truth(load)
+    br = bracket(stalls_once_at_2, start=1.0, tolerance=0.1, max_probes=30)
+    assert br.low is not None and br.high is not None and br.low <= 12.4 < br.high
+    assert seen.count(2.0) == 2 and br.high / br.low - 1 <= 0.1
+    # a real failure is confirmed once and then closes the bracket: the failing end was probed twice
+    assert seen.count(br.high) == 2 and not br.stopped

@@ -10,7 +10,8 @@ virtual model.
   attainment is the share of requests within every limit (a failed request never is).
 - `bracket(probe, start, tolerance, max_probes, integer)`: the highest load at which `probe(load)` passes. From
   `start`, doubles until a probe fails (or halves until one passes), then bisects between the last pass and the
-  first fail until hi/lo - 1 <= tolerance. Returns the probes in the order tried.
+  first fail until hi/lo - 1 <= tolerance, the failing end probed a second time before it closes (a load that
+  passes then lets the search go on upwards). Returns the probes in the order tried.
 """
 from __future__ import annotations
 
@@ -80,10 +81,16 @@ def _mid(lo: float, hi: float, integer: bool) -> float:
 def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max_probes: int,
             integer: bool = False) -> Bracket:
     """A probe with `stop` set ends the search (the server crashed, the client could not send the load): the
-    bracket so far is the answer."""
+    bracket so far is the answer.
+
+    Before the bracket closes, its failing end is probed once more (unless it failed twice already): one stall of
+    the host fails a probe far below the capacity, and every later probe bisects under it, so a single failure
+    never decides the answer. If the second run passes, the search goes on upwards from there."""
     out = Bracket(None)
     lo: float | None = None
     hi: float | None = None
+    once: set[float] = set()                     # loads that failed, and those that failed twice
+    twice: set[float] = set()
     load = float(max(1, round(start))) if integer else start
     while len(out.probes) < max_probes:
         p = probe(load)
@@ -91,10 +98,17 @@ def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max
             out.stopped = p.stop
             break
         out.probes.append(p)
+        if not p.passed:
+            (twice if load in once else once).add(load)
         lo, hi = (load, hi) if p.passed else (lo, load)
+        if p.passed and hi is not None and load >= hi:
+            hi = None                            # the failing end passed when probed again
         if lo is not None and hi is not None:
             if hi / lo - 1 <= tolerance or (integer and hi - lo <= 1):
-                break
+                if hi in twice:
+                    break
+                load = hi                        # confirm the failing end before closing on it
+                continue
             load = _mid(lo, hi, integer)
         elif lo is not None:
             load = lo * 2
