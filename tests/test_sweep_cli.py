@@ -232,7 +232,11 @@ def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     from tunectl.runners.hosts.base import ProcHandle
     from tunectl.runners.hosts.local import LocalRunner
 
-    cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(env["profile"]), "--results", str(env["results"]),
+    data = yaml.safe_load(env["profile"].read_text())      # levels of 100+ modeled s (5+ s wall): the Ctrl-C
+    data["bench"].update(min_level_s=100, max_level_s=600)  # lands inside the level at 512, not after it ended
+    prof = env["profile"].with_name("long-levels.yaml")
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(prof), "--results", str(env["results"]),
            "-c", "256,512", "--study", "ctrl-c"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     levels = env["results"] / "ctrl-c" / "trials" / "0" / "levels"
