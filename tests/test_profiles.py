@@ -51,6 +51,19 @@ def test_bad_literal_lists_the_choices(tmp_path: Path) -> None:
     assert "host.kind" in msg and "'ssh2'" in msg and "'local'" in msg and "'ssh'" in msg
 
 
+def test_hosts_replace_host_and_the_first_is_the_single_host(tmp_path: Path) -> None:
+    msg = _bad(tmp_path, lambda d: d.update(hosts=[{"kind": "local", "workdir": "/srv/a"}]))
+    assert "not both" in msg and "host:" in msg and "hosts:" in msg       # the default profile has host:
+    import yaml
+
+    data = yaml.safe_load(SIM.read_text())
+    del data["host"]
+    data["hosts"] = [{"kind": "local", "workdir": "/srv/a"}, {"kind": "local", "workdir": "/srv/b"}]
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(data))
+    prof = load_profile(tmp_path / "two.yaml")
+    assert prof.host.workdir == "/srv/a" and [h.workdir for h in prof.hosts] == ["/srv/a", "/srv/b"]
+
+
 def test_bad_type(tmp_path: Path) -> None:
     msg = _bad(tmp_path, lambda d: d["bench"]["workloads"][0].update(input_len="long"))
     assert "bench.workloads.0.input_len" in msg and "'long'" in msg and "integer" in msg

@@ -259,6 +259,17 @@ class Profile(Strict):
                 raise ValueError(f"objective.weights: {name!r} is not a workload; valid: {', '.join(labels)}")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _hosts_replace_host(cls, data: Any) -> Any:
+        """`hosts:` replaces `host:`; what runs one server at a time (`tunectl sweep`) uses the first of them,
+        never the coordinator's own machine by default."""
+        if isinstance(data, dict) and data.get("hosts"):
+            if data.get("host") not in (None, data["hosts"][0]):     # (equal on re-validation of an assignment)
+                raise ValueError("give host: (one host) or hosts: (several), not both")
+            data = {**data, "host": data["hosts"][0]}
+        return data
+
     @model_validator(mode="after")
     def _default_python(self) -> Profile:
         if self.server.python is None:
