@@ -10,8 +10,8 @@ virtual model.
   attainment is the share of requests within every limit (a failed request never is).
 - `bracket(probe, start, tolerance, max_probes, integer)`: the highest load at which `probe(load)` passes. From
   `start`, doubles until a probe fails (or halves until one passes), then bisects between the last pass and the
-  first fail until hi/lo - 1 <= tolerance, the failing end probed a second time before it closes (a load that
-  passes then lets the search go on upwards). Returns the probes in the order tried.
+  first fail until hi/lo - 1 <= tolerance; a failing end that is the only failure is probed a second time before
+  the bracket closes on it (passing then, the search goes on upwards). Returns the probes in the order tried.
 """
 from __future__ import annotations
 
@@ -83,9 +83,10 @@ def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max
     """A probe with `stop` set ends the search (the server crashed, the client could not send the load): the
     bracket so far is the answer.
 
-    Before the bracket closes, its failing end is probed once more (unless it failed twice already): one stall of
-    the host fails a probe far below the capacity, and every later probe bisects under it, so a single failure
-    never decides the answer. If the second run passes, the search goes on upwards from there."""
+    A bracket whose failing end is the only load that failed so far is probed there once more before it closes:
+    one stall of the host fails a single probe far below the capacity, and every later probe then passes while
+    bisecting under it. If the second run passes, the search goes on upwards. Where two loads failed, the
+    answer stands (a second run of a marginal failure would only read the border higher by luck)."""
     out = Bracket(None)
     lo: float | None = None
     hi: float | None = None
@@ -102,10 +103,11 @@ def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max
             (twice if load in once else once).add(load)
         lo, hi = (load, hi) if p.passed else (lo, load)
         if p.passed and hi is not None and load >= hi:
-            hi = None                            # the failing end passed when probed again
+            hi = None                            # the only failure passed when probed again: refuted
+            once.discard(load)
         if lo is not None and hi is not None:
             if hi / lo - 1 <= tolerance or (integer and hi - lo <= 1):
-                if hi in twice:
+                if hi in twice or len(once) > 1:
                     break
                 load = hi                        # confirm the failing end before closing on it
                 continue

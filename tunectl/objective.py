@@ -15,7 +15,7 @@ class Capacity(Strict):
     by: Literal["rate", "concurrency"] = "rate"   # open-loop request rates, or closed-loop concurrency
     start: float = Field(1.0, gt=0)               # the first rate (req/s) or concurrency tried
     tolerance: float = Field(0.1, gt=0, lt=1)
-    max_probes: int = Field(12, ge=2)
+    max_probes: int = Field(16, ge=2)
 
 
 class Objective(Strict):
