@@ -197,6 +197,20 @@ def headline(number: dict[str, Any]) -> str:
     return text
 
 
+def capacity_text(cap: dict[str, Any] | None) -> str:
+    """A trial's SLA capacity in words: "12.3 req/s (12.3-13.4)", ">= 64 req/s (client_bound)", "c 37 (37-38)";
+    "" when the trial ran no capacity search."""
+    if not cap:
+        return ""
+    low, high, stopped = cap.get("low"), cap.get("high"), cap.get("stopped") or ""
+    if low is None:
+        return f"none ({stopped})" if stopped else "none"
+    unit = (lambda x: f"c {x:g}") if cap.get("by") == "concurrency" else (lambda x: f"{x:.3g} req/s")
+    if high is None or stopped in ("client_bound", "crash", "max_probes"):
+        return f">= {unit(low)}" + (f" ({stopped})" if stopped else "")
+    return f"{unit(low)} ({low:.3g}-{high:.3g})"
+
+
 _RUN_ENV = ("TUNECTL_RUN_ID", "TMPDIR", "no_proxy", "NO_PROXY", "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION")
 
 
@@ -244,6 +258,9 @@ def summary(data: StudyData) -> dict[str, Any]:
         "command": redact.text(again["command"]), "argv": again["argv"], "env": again["env"],
         "patches": again["patches"], "host": best.host, "sglang_version": best.sglang_version,
         "patch_hashes": dict(best.patch_hashes), "confirmed": number}
+    if best.capacity:
+        out["best"]["capacity"] = capacity_text(best.capacity)
+        out["best"]["slo"] = dict(best.capacity.get("slo") or {})
     if number.get("n", 0) > 1:
         out["best"]["confirmed_value"] = number["value"]    # the mean over the search run and its reruns
     if number.get("gain"):

@@ -80,13 +80,16 @@ def _summary_html(s: dict[str, Any]) -> str:
     ref = s.get("reference")
     ref_txt = (f"<li>reference: {_e(ref.get('label'))}: {_e(float(ref['output_throughput']))} tok/s</li>"
                if ref and ref.get("output_throughput") else "")
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in (b.get("slo") or {}).items())
+    cap_txt = (f"<li>SLA capacity: <b>{_e(b['capacity'])}</b>" + (f" at {_e(slo)}" if slo else "") + "</li>"
+               if b.get("capacity") else "")
     patches = ", ".join(f"{p} {b['patch_hashes'][p][:12]}" if p in b["patch_hashes"] else p
                         for p in b["patches"]) or "none"
     parts.append(
         f"<ul><li>best stable: trial <b>#{b['trial']}</b> ({_e(b['role'])}): "
         f"<b>{_e(headline(b['confirmed']))}</b>; peak of trial #{b['trial']} at concurrency "
         f"{_e(b['concurrency'])}; stable up to {_e(b['max_stable_concurrency'])}</li>"
-        f"<li>latencies at that level: {lat}</li>"
+        f"<li>latencies at that level: {lat}</li>{cap_txt}"
         f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'] or 'unknown')}, "
         f"patches: {_e(patches)}</li>"
         f"{ref_txt}</ul>"
@@ -142,6 +145,7 @@ def _tables_html(r: dict[str, Any]) -> str:
         + "</section><section id='all-trials'><h2>All trials</h2>"
         + "<p>key flags: the knobs where a trial differs from the baseline.</p>"
         + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput",
+                        *(["capacity"] if any(t["capacity"] for t in rows) else []),
                         *(f"tok/s {w}" for w in labels), "peak_concurrency", "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"],
                  "trials")
         + "</section>")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tunectl.reports.data import StudyData, baseline_trial, fmt_value, launch_interval, peak_level
+from tunectl.reports.data import StudyData, baseline_trial, capacity_text, fmt_value, launch_interval, peak_level
 
 from tunectl.models import TrialResult
 from tunectl.stats import pooled, spread
@@ -109,6 +109,7 @@ def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
             "trial": t.trial, "role": t.role, "status": t.status, "attempt": t.attempt,
             "params": dict(t.params), "key_flags": key_flags(t, base),
             "output_throughput": t.best_output_throughput,
+            "capacity": capacity_text(t.capacity),
             "per_workload": per_workload(t),
             "peak_concurrency": peak.concurrency if peak else None,
             "p99_ttft_ms": peak.metrics.get("p99_ttft_ms") if peak else None,

@@ -63,3 +63,20 @@ def test_sweep_capacity_is_within_one_bracketing_step_of_the_model(tmp_path: Pat
     step = 1 + cap["tolerance"]
     truth = true_capacity(profile, cap["tolerance"] / 10)
     assert cap["low"] / step <= truth and (bound or truth <= cap["high"] * step), (cap, truth)
+    # what a user reads afterwards: the trials table, the winner's line and the report carry the capacity found
+    from tunectl.reports.data import capacity_text
+
+    shown = capacity_text(cap)
+    assert shown.startswith(">= " if bound else f"{cap['low']:.3g} req/s (")
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "tunectl", *args, "--study", "cap", "--results",
+                               str(tmp_path / "r")], cwd=ROOT, env={**os.environ, "COLUMNS": "250"},
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+    assert shown in cli("trials")
+    assert f"SLA capacity {shown}" in cli("best").splitlines()[0]
+    cli("report")
+    html = (tmp_path / "r" / "cap" / "report.html").read_text()
+    assert "SLA capacity: <b>" + shown.replace(">", "&gt;") in html and "p99_ttft_ms &lt;= 2000" in html

@@ -119,7 +119,9 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     rows = trial_rows(load_study(store))
     labels = workload_columns(rows)           # several workloads: each one's best stable tok/s
     tab = Table(title=f"{store.name}: {len(rows)} trials")
-    for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", *labels, "at c", "max stable c", "crash"):
+    cap = ["capacity"] if any(r["capacity"] for r in rows) else []     # goodput studies, sweep --capacity
+    for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", *cap, *labels, "at c", "max stable c",
+                "crash"):
         tab.add_column(col, justify="left" if col in ("role", "status", "key flags (vs baseline)", "crash") else
                        "right", overflow="fold")
     style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan"}
@@ -129,7 +131,8 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
         where = "startup" if r["crashed_at"] is None else f"c={r['crashed_at']}"
         crash = f"{r['crash_class']} @{where}" if r["crash_class"] else ""
         tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
-                    f"{r['output_throughput']:,.0f}", *(f"{r['per_workload'].get(w, 0.0):,.0f}" for w in labels),
+                    f"{r['output_throughput']:,.0f}", *([r["capacity"] or "-"] if cap else []),
+                    *(f"{r['per_workload'].get(w, 0.0):,.0f}" for w in labels),
                     str(r["peak_concurrency"] or "-"),
                     str(r["max_stable_concurrency"]), crash)
     show_table(tab, keep=("role", "status"))
@@ -152,7 +155,8 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
     if format == "command":
         if not s["command"]:
             raise UsageError(f"{store.name}: trial {s['trial']} has no launch.json")
-        print(f"# {store.name}: trial {s['trial']}, {headline(s['confirmed'])}")
+        cap = f"; SLA capacity {s['capacity']}" if s.get("capacity") else ""
+        print(f"# {store.name}: trial {s['trial']}, {headline(s['confirmed'])}{cap}")
         print(s["command"])
     elif format == "yaml":
         cfg = store.trial_dir(s["trial"]) / "config.yaml"
