@@ -238,7 +238,10 @@ def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     prof.write_text(yaml.safe_dump(data, sort_keys=False))
     cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(prof), "--results", str(env["results"]),
            "-c", "256,512", "--study", "ctrl-c"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # as from a terminal: SIGINT at its default (a test run started in the background inherits it ignored, and
+    # Python then installs no KeyboardInterrupt handler)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     levels = env["results"] / "ctrl-c" / "trials" / "0" / "levels"
     deadline = time.monotonic() + 180
     while not (levels.is_dir() and any(levels.glob("*-c256.json"))):
