@@ -2,7 +2,7 @@
 it ON for chat-like multi-turn traffic and OFF for unique random prompts.
 
 Part 1 (virtual-clock model, `tunectl search --virtual`): for each workload and seed, the embedded default's full
-search (its space, `try_first` included: the seeds' radix-off config) with the profile's workload replaced; the
+search (its space; the profile lists no `try_first`) with the profile's workload replaced; the
 winner's `disable-radix-cache` is the recommendation. Part 2 (the live stand-in, `tunectl sweep`): each workload's
 winner launched twice, radix on and off, measured by the built-in client at the levels given; the ordering is
 the claim the search acted on.

@@ -11,6 +11,7 @@ from tunectl.search.finalists import candidates
 
 from tests.search.conftest import make_profile
 from tunectl.models import CrashInfo, TrialResult
+from tunectl.profile import default_profile_path, load_profile
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
 
@@ -202,3 +203,13 @@ def test_sampler_proposals_of_ranged_knobs_run_on_the_grid(tmp_path: Path) -> No
     for t in sampled:
         assert t.params["max-running-requests"] in grid["max-running-requests"], t.params
         assert t.params["mem-fraction-static"] in grid["mem-fraction-static"], t.params
+
+
+def test_the_embedded_default_finds_a_confirmed_winner_without_a_hand_tuned_start(tmp_path: Path) -> None:
+    """The main job's profile lists no `try_first`: the search alone (baseline first, then its own proposals) ends
+    with a confirmed winner above the seeds' config (1,950 tok/s at 256) by the main job's margin, on the model."""
+    prof = load_profile(default_profile_path())
+    assert prof.search.try_first == []
+    out = run_search(prof, trials=40, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=prof.search.seed)
+    assert out.best is not None and out.best["confirmed_value"] is not None
+    assert out.best["confirmed_value"] > 2145
