@@ -1,6 +1,6 @@
 """Search efficiency on the stand-in's virtual-clock model, over every sim card: tunectl's search vs random.
 
-For each profile (default: every `profiles/sim-*.yaml`), sampler and seed, a full `run_search` without the profile's `try_first` (the real loop,
+For each profile (default: one `profiles/sim-*.yaml` per sim card), sampler and seed, a full `run_search` without the profile's `try_first` (the real loop,
 storage and feedback; the trial engine replaced by the model) with the profile's space. Reported per profile and
 sampler: trials until a stable config reaches 95% of the best stable throughput of the space (the card's
 documented optimum for that profile, or `--scan`: exhaustive over the profile's grid), and the share of trials
@@ -38,6 +38,17 @@ from tunectl.search.study import open_storage
 from tunectl.profile import Profile, load_profile
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
+
+
+def one_per_card() -> list[str]:
+    """Every sim card once: of the `profiles/sim-*.yaml` that play one card (sim-glm5, sim-glm5-chat, ...), the
+    one with the shortest name (the card's plain profile; the others vary its workload or objective)."""
+    by_card: dict[str, Path] = {}
+    for p in sorted((ROOT / "profiles").glob("sim-*.yaml")):
+        card = load_profile(p).server.sim.card
+        if card not in by_card or len(p.name) < len(by_card[card].name):
+            by_card[card] = p
+    return sorted(str(p) for p in by_card.values())
 
 
 def grid_configs(prof: Profile) -> list[dict[str, Any]]:
@@ -185,7 +196,7 @@ def targets(paths: list[str], args: argparse.Namespace, pool: Any) -> dict[str, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profiles", default="all", help="comma-separated profile paths, or all sim-*.yaml")
+    ap.add_argument("--profiles", default="all", help="comma-separated profile paths, or all: one sim-*.yaml per card")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--trials", type=int, default=40)
@@ -209,8 +220,7 @@ def main() -> None:
 
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
             return warm_start.main(args, pool)
-    paths = sorted(str(p) for p in (ROOT / "profiles").glob("sim-*.yaml")) if args.profiles == "all" \
-        else args.profiles.split(",")
+    paths = one_per_card() if args.profiles == "all" else args.profiles.split(",")
     t0 = time.monotonic()
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         goal = targets(paths, args, pool)
