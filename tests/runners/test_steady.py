@@ -47,7 +47,10 @@ def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_run
     # at the interval's rate: 18 of 20 on a quiet host.
     covered = sum(low <= truth <= high for low, high in free)
     assert covered >= math.floor(0.9 * len(free)), (covered, round(truth), free, starved)
-    assert max(widths, default=0.0) <= 0.06      # the in-flight requests that finish after the stop may widen it a little
+    # The stop came at a half-width <= 5%; the wave in flight then joins the interval, and a 10-batch half-width
+    # is itself an estimate (relative standard error 1 / sqrt(2 x 9), ~24%): a little over 5% is that noise, a
+    # stop rule that ignored the precision would not stay within 1.5x of it.
+    assert max(widths, default=0.0) <= 1.5 * 0.05
 
 
 def test_a_cap_before_the_planned_requests_is_a_capped_level_not_failed_requests(jittery_server: str) -> None:
