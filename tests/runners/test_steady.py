@@ -48,8 +48,8 @@ def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_run
     covered = sum(low <= truth <= high for low, high in free)
     assert covered >= math.floor(0.9 * len(free)), (covered, round(truth), free, starved)
     # The stop came at a half-width <= 5%; the wave in flight then joins the interval, and a 10-batch half-width
-    # is itself an estimate (relative standard error 1 / sqrt(2 x 9), ~24%): a little over 5% is that noise, a
-    # stop rule that ignored the precision would not stay within 1.5x of it.
+    # is itself an estimate (relative standard error 1 / sqrt(2 x 9), ~24%): the interval reported stays within
+    # 1.5x of the precision the level stopped at.
     assert max(widths, default=0.0) <= 1.5 * 0.05
 
 
