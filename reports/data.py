@@ -198,17 +198,14 @@ def headline(number: dict[str, Any]) -> str:
 
 
 def capacity_text(cap: dict[str, Any] | None) -> str:
-    """A trial's SLA capacity in words: "12.3 req/s (12.3-13.4)", ">= 64 req/s (client_bound)", "c 37 (37-38)";
-    "" when the trial ran no capacity search."""
+    """A trial's SLA capacity with its final bracket: "12.3 req/s (12.3-13.4)", "at least 64 req/s"; "" when the
+    trial ran no capacity search."""
     if not cap:
         return ""
-    low, high, stopped = cap.get("low"), cap.get("high"), cap.get("stopped") or ""
-    if low is None:
-        return f"none ({stopped})" if stopped else "none"
-    unit = (lambda x: f"c {x:g}") if cap.get("by") == "concurrency" else (lambda x: f"{x:.3g} req/s")
-    if high is None or stopped in ("client_bound", "crash", "max_probes"):
-        return f">= {unit(low)}" + (f" ({stopped})" if stopped else "")
-    return f"{unit(low)} ({low:.3g}-{high:.3g})"
+    from tunectl.goodput import capacity_words        # numpy: only when there is a capacity to show
+
+    both = cap["low"] is not None and cap["high"] is not None
+    return capacity_words(cap) + (f" ({cap['low']:.4g}-{cap['high']:.4g})" if both else "")
 
 
 _RUN_ENV = ("TUNECTL_RUN_ID", "TMPDIR", "no_proxy", "NO_PROXY", "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION")

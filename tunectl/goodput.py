@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -90,8 +91,7 @@ def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max
     out = Bracket(None)
     lo: float | None = None
     hi: float | None = None
-    once: set[float] = set()                     # loads that failed, and those that failed twice
-    twice: set[float] = set()
+    fails: dict[float, int] = {}                 # load -> how often it failed (a refuted failure is dropped)
     load = float(max(1, round(start))) if integer else start
     while len(out.probes) < max_probes:
         p = probe(load)
@@ -100,14 +100,14 @@ def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max
             break
         out.probes.append(p)
         if not p.passed:
-            (twice if load in once else once).add(load)
+            fails[load] = fails.get(load, 0) + 1
         lo, hi = (load, hi) if p.passed else (lo, load)
         if p.passed and hi is not None and load >= hi:
             hi = None                            # the only failure passed when probed again: refuted
-            once.discard(load)
+            fails.pop(load, None)
         if lo is not None and hi is not None:
             if hi / lo - 1 <= tolerance or (integer and hi - lo <= 1):
-                if hi in twice or len(once) > 1:
+                if fails[hi] > 1 or len(fails) > 1:
                     break
                 load = hi                        # confirm the failing end before closing on it
                 continue
@@ -122,6 +122,15 @@ def bracket(probe: Callable[[float], Probe], start: float, tolerance: float, max
         out.stopped = "max_probes"
     out.capacity, out.low, out.high = lo, lo, hi
     return out
+
+
+def capacity_words(cap: dict[str, Any]) -> str:
+    """A capacity record's answer: "12.3 req/s", "at least 64 req/s" (the search stopped early, or never failed),
+    "below 2 req/s" (not even the lowest load passed), "not found"."""
+    unit = "req/s" if cap["by"] == "rate" else "concurrent requests"
+    if cap["capacity"] is None:
+        return f"below {cap['high']:.4g} {unit}" if cap["high"] is not None else "not found"
+    return ("at least " if cap["stopped"] or cap["high"] is None else "") + f"{cap['capacity']:.4g} {unit}"
 
 
 def capacity_record(br: Bracket, by: str, tolerance: float, slo: dict[str, float], share: float) -> dict[str, object]:

@@ -137,12 +137,13 @@ def bench_serving_reads(w: WorkloadSpec) -> bool:
 def check_files(workloads: list[WorkloadSpec], folder: Path, source: str) -> None:
     """Dataset paths resolve against the profile's folder; each file is read and checked now (one line naming the
     file, line and field when it is missing or malformed), not when its level starts."""
-    for w in workloads:
-        missing = [m for m in ("transformers", "jinja2") if importlib.util.find_spec(m) is None]
-        if w.kind in DATASETS and missing:
-            raise ProfileError(source, "bench.workloads.kind", w.kind, "dataset workloads need a tokenizer and "
-                               f"its chat template: pip install 'tunectl[datasets]' ({', '.join(missing)})")
-        if w.kind in DATASETS and w.path:
+    data = [w for w in workloads if w.kind in DATASETS]
+    missing = [m for m in ("transformers", "jinja2") if importlib.util.find_spec(m) is None] if data else []
+    if missing:
+        raise ProfileError(source, "bench.workloads.kind", data[0].kind, "dataset workloads need a tokenizer and "
+                           f"its chat template: pip install 'tunectl[datasets]' ({', '.join(missing)})")
+    for w in data:
+        if w.path:
             where = Path(w.path).expanduser()
             w.path = str(where if where.is_absolute() else (folder / where).resolve())
             if not datasets.read(w.kind, w.path, w.multi_turn):

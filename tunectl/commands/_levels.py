@@ -60,14 +60,11 @@ def capacity_lines(result: TrialResult) -> list[str]:
     cap = result.capacity
     if not cap:
         return []
-    unit = "req/s" if cap["by"] == "rate" else "concurrent requests"
     slo = ", ".join(f"{k} <= {v:g}" for k, v in cap["slo"].items())
     share = f"{cap['slo_attainment']:.0%}"
-    if cap["capacity"] is None:
-        found = f"below {cap['high']:.4g} {unit}" if cap["high"] is not None else "not found"
-    else:
-        found = ("at least " if cap["stopped"] or cap["high"] is None else "") + f"{cap['capacity']:.4g} {unit}"
-    head = f"capacity: {found} with {slo} for >= {share} of requests"
+    from tunectl.goodput import capacity_words        # numpy: only when there is a capacity to show
+
+    head = f"capacity: {capacity_words(cap)} with {slo} for >= {share} of requests"
     if cap["low"] is not None and cap["high"] is not None:
         head += f" (bracket {cap['low']:.4g}-{cap['high']:.4g}, tolerance {cap['tolerance']:.0%})"
     tried = ", ".join(f"{p[0]:.4g} {'pass' if p[1] else 'fail'} ({p[2]:.1%})" for p in cap["probes"])
