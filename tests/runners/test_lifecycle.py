@@ -152,7 +152,8 @@ def test_startup_timeout_names_the_phase(tmp_path, started):
     assert not st.ready
     assert st.crash.cls == "startup_timeout" and st.crash.signature == "timeout_load_weights"
     assert "load_weight_begin" in st.phases and "load_weight_end" not in st.phases
-    assert lifecycle.teardown(srv)["verdict"] == "clean"
+    down = lifecycle.teardown(srv)
+    assert down["verdict"] == "clean", down
 
 
 def test_stranger_on_the_port_is_named_and_nothing_starts(tmp_path):

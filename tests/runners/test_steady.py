@@ -22,6 +22,17 @@ def true_throughput() -> float:
     return STREAMS * mean_tokens / ((TTFT_MS + mean_gaps * ITL_MS) / 1000)
 
 
+def binomial_floor(n: int, p: float, risk: float) -> int:
+    """The largest k with P(X < k) <= risk for X ~ Binomial(n, p)."""
+    cdf, k = 0.0, 0
+    while k <= n:
+        nxt = cdf + math.comb(n, k) * p ** k * (1 - p) ** (n - k)
+        if nxt > risk:
+            return k
+        cdf, k = nxt, k + 1
+    return n
+
+
 @pytest.fixture(scope="module")
 def jittery_server():  # type: ignore[no-untyped-def]
     proc, url = fake.start(itl_ms=ITL_MS, ttft_ms=TTFT_MS, chunk_tokens=CHUNK, itl_jitter=0.3, seed=7)
@@ -29,7 +40,7 @@ def jittery_server():  # type: ignore[no-untyped-def]
     fake.stop(proc)
 
 
-def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_runs(jittery_server: str) -> None:
+def test_the_interval_covers_the_true_throughput_in_at_least_14_of_20_seeded_runs(jittery_server: str) -> None:
     truth = true_throughput()
     free, starved, widths = [], [], []
     for seed in range(20):
@@ -44,9 +55,11 @@ def test_the_interval_covers_the_true_throughput_in_at_least_18_of_20_seeded_run
             widths.append(iv.half_rel)
     # A client starved by a busy host stamps its requests late and sends each stream's next one late: a run it
     # flags client_bound (its own loop lag) makes no claim on the truth. The runs it could drive cover the truth
-    # at the interval's rate: 18 of 20 on a quiet host.
+    # at the interval's rate. Even a true 95% interval covers 18 of 20 only 92% of the time (binomial), so the
+    # test asks what a coverage of at least 90% gives with 99% odds: covered >= k with P(X < k | n, 0.9) <= 1%
+    # (14 of 20). An interval covering half the time fails it 94 times in 100 (60%: 75 in 100).
     covered = sum(low <= truth <= high for low, high in free)
-    assert covered >= math.floor(0.9 * len(free)), (covered, round(truth), free, starved)
+    assert covered >= binomial_floor(len(free), 0.9, 0.01), (covered, round(truth), free, starved)
     # The stop came at a half-width <= 5%; the wave in flight then joins the interval, and a 10-batch half-width
     # is itself an estimate (relative standard error 1 / sqrt(2 x 9), ~24%): the interval reported stays within
     # 1.5x of the precision the level stopped at.
