@@ -5,8 +5,10 @@
 #   1. the SSH MoE search's winner on 3 fresh launches at 128 and 512, each level measured by the built-in client
 #      (steady window, 95% interval) and then by the real sglang.bench_serving (8 x c requests) on the same server;
 #   2. SGLang's default config (the profile's base flags) on 3 fresh launches at 128 and 512 (the gain's baseline);
-#   3. each MoE runner backend the search did not draw, flashinfer_cutlass with its autotune on and off;
-#   4. the GLM-5-shaped model with the seeds' flags;
+#   3. each MoE runner backend the search did not draw, flashinfer_cutlass with its autotune on and off
+#      (RUNNERS="a b:noautotune ..." picks some);
+#   4. the GLM-5-shaped model with the seeds' flags, then with chunks of 128 tokens so that a 256-token prompt's
+#      second chunk runs the FP8 MHA prefill with a cached prefix (patch 0004 logs it when it does);
 #   5. (local) the winner on one launch at 128 and 512 with the built-in client run on the GPU host itself (no SSH
 #      port forward between client and server), then the real sglang.bench_serving on the same server.
 #   Each step leaves OUTDIR/DONE-<step>; nvidia-smi after each.
@@ -51,7 +53,7 @@ touch "$out/DONE-default"
 fi
 
 if want moe; then
-for r in triton triton_kernel flashinfer_trtllm flashinfer_cutlass flashinfer_cutlass:noautotune; do
+for r in ${RUNNERS:-triton triton_kernel flashinfer_trtllm flashinfer_cutlass flashinfer_cutlass:noautotune}; do
   sets=(--set "moe-runner-backend=${r%%:*}")
   [ "$r" = flashinfer_cutlass:noautotune ] && sets+=(--set disable-flashinfer-autotune=true)
   tag=${r//[:_]/-}
@@ -66,6 +68,9 @@ if want glm5; then
 step glm5
 tl sweep -p profiles/tiny-glm5-h200-ssh.yaml -c 16,64 --study h200-glm5 --results "$res" --json \
    > "$out/glm5.json" 2> "$out/glm5.err"; step "exit $?"; gpu glm5
+step glm5-prefix
+tl sweep -p profiles/tiny-glm5-h200-ssh.yaml -c 16,64 --set chunked-prefill-size=128 --study h200-glm5-prefix \
+   --results "$res" --json > "$out/glm5-prefix.json" 2> "$out/glm5-prefix.err"; step "exit $?"; gpu glm5-prefix
 touch "$out/DONE-glm5"
 fi
 

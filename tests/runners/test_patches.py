@@ -22,6 +22,7 @@ MR = "srt/model_executor/model_runner.py"
 MHA = "srt/models/deepseek_common/attention_forward_methods/forward_mha.py"
 CUTLASS, PT1 = "0001-flashinfer-cutlass-autotune", "0002-page-table-1-flattened"
 MOE_LOG, MOE_UTILS = "0003-log-moe-runner", "srt/layers/moe/utils.py"
+DSA_LOG = "0004-log-dsa-fp8-prefix"
 
 
 def sglang_source(version: str = "0.5.9") -> Path:
@@ -75,10 +76,10 @@ def patcher(install, tmp_path):
 
 def test_manifest_hashes_match_bundled_files():
     manifest = load_manifest()
-    assert set(manifest) == {CUTLASS, PT1, MOE_LOG}
+    assert set(manifest) == {CUTLASS, PT1, MOE_LOG, DSA_LOG}
     for spec in manifest.values():
         assert hashlib.sha256(patch_bytes(spec)).hexdigest() == spec.sha256
-        assert spec.versions == (["0.5.17"] if spec.id == MOE_LOG else ["0.5.9"])
+        assert spec.versions == (["0.5.17"] if spec.id in (MOE_LOG, DSA_LOG) else ["0.5.9"])
     assert manifest[PT1].verified_on_gpu is False
 
 
