@@ -8,7 +8,8 @@
 #   3. each MoE runner backend the search did not draw, flashinfer_cutlass with its autotune on and off
 #      (RUNNERS="a b:noautotune ..." picks some);
 #   4. the GLM-5-shaped model with the seeds' flags, then with chunks of 128 tokens so that a 256-token prompt's
-#      second chunk runs the FP8 MHA prefill with a cached prefix (patch 0004 logs it when it does);
+#      second chunk runs the FP8 MHA prefill with a cached prefix (patch 0004 logs it when it does), then with
+#      the MLA prefill only (SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0: the MHA one needs FA3);
 #   5. (local) the winner on one launch at 128 and 512 with the built-in client run on the GPU host itself (no SSH
 #      port forward between client and server), then the real sglang.bench_serving on the same server.
 #   Each step leaves OUTDIR/DONE-<step>; nvidia-smi after each.
@@ -71,6 +72,16 @@ tl sweep -p profiles/tiny-glm5-h200-ssh.yaml -c 16,64 --study h200-glm5 --result
 step glm5-prefix
 tl sweep -p profiles/tiny-glm5-h200-ssh.yaml -c 16,64 --set chunked-prefill-size=128 --study h200-glm5-prefix \
    --results "$res" --json > "$out/glm5-prefix.json" 2> "$out/glm5-prefix.err"; step "exit $?"; gpu glm5-prefix
+# every prefill through DSA's sparse MLA kernels: the dense MHA prefill needs FA3, which the overlay leaves out
+python3 - <<'PY'
+import yaml
+d = yaml.safe_load(open("profiles/tiny-glm5-h200-ssh.yaml"))
+d["server"]["env"]["SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD"] = "0"
+yaml.safe_dump(d, open("/tmp/glm5-mla.yaml", "w"))
+PY
+step glm5-mla
+tl sweep -p /tmp/glm5-mla.yaml -c 16,64 --study h200-glm5-mla --results "$res" --json > "$out/glm5-mla.json" \
+   2> "$out/glm5-mla.err"; step "exit $?"; gpu glm5-mla
 touch "$out/DONE-glm5"
 fi
 

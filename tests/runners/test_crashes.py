@@ -116,6 +116,7 @@ CASES = [  # (signature, text, phase, expected class)
     ("moe_runner_unsupported", _log("h200-ssh/moe-runner-cutedsl-bf16.log"), "startup", "config_error"),
     ("model_config_missing_field", _log("h200-ssh/glm5-shaped-missing-moe-layer-freq.log"), "startup",
      "config_error"),
+    ("kernel_not_installed", _log("h200-dsa/glm5-shaped-fa3-not-installed.log"), "startup", "config_error"),
     ("cuda_oom_startup", _log("h200-tunectl/startup-oom-cublas.log"), "startup", "config_error"),
     ("cuda_oom_startup", _log("server-startup-oom.log"), "startup", "config_error"),
     ("custom_all_reduce",

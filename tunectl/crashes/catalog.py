@@ -151,6 +151,13 @@ SIGNATURES: tuple[Signature, ...] = (
          "config_error", "SGLang's model code reads a field that the model's config.json lacks",
          "add the field to config.json (the released model's config has it), or use the SGLang version the "
          "model was released for"),
+    # real 0.5.17 log: the DSA backend's MHA prefill calls FA3, which an sgl_kernel build may leave out
+    _sig("kernel_not_installed",
+         r"ImportError: Can not import \w+ in sgl_kernel|cannot import name '\w+' from 'sgl_kernel'",
+         "config_error", "the config uses a kernel the host's sgl_kernel build does not have (e.g. FA3)",
+         "install the full sgl-kernel, or use a path without it: --attention-backend triton; for a DSA model's "
+         "MHA prefill, SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0 (MLA prefill)",
+         repairs=(("attention-backend", "triton"), ("SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", 0))),
     _sig("config_option_unsupported", r"Unsupported config option '\w+' with action", "config_error",
          "SGLang's --config parser rejects this option (a deprecated alias shares its destination)",
          "list the flag in server.argv_flags: it then goes on the command line", fatal=True),
