@@ -29,13 +29,13 @@ def test_catalog_repairs_are_well_formed() -> None:
     flags = bundled_flags("0.5.9")
     names = set(flags) | {a.lstrip("-") for f in flags.values() for a in f.aliases}
     patches = {p.name.split(".")[0] for p in (ROOT / "sglang_patches").rglob("*.patch")}
-    for sig in with_repairs:
-        for target, change in sig.repairs:
-            assert change in (LOWER, RAISE) or isinstance(change, (bool, int, float, str)), (sig.id, change)
+    for sig_id, repairs in [(s.id, s.repairs) for s in with_repairs] + list(crashes.TIMEOUT_REPAIRS.items()):
+        for target, change in repairs:
+            assert change in (LOWER, RAISE) or isinstance(change, (bool, int, float, str)), (sig_id, change)
             if target.startswith("patch:"):
-                assert target[len("patch:"):] in patches, (sig.id, target)
+                assert target[len("patch:"):] in patches, (sig_id, target)
             elif not target.isupper():                         # env variables are upper case
-                assert target in names, (sig.id, target)     # an SGLang flag, as its --help spells it
+                assert target in names, (sig_id, target)     # an SGLang flag, as its --help spells it
 
 
 def test_repairs_for_an_unknown_id_reads_the_exception_line() -> None:
@@ -211,3 +211,33 @@ def test_repair_chains_stop_after_their_share_of_the_budget(tmp_path: Path) -> N
     assert first.user_attrs["crash_phase"] == "startup"
     assert trials[2].user_attrs["repair_of"] == first.number and trials[2].user_attrs["crash_phase"] == "startup"
     assert repair_counts(trials)[first.number] == REPAIRS_PER_CRASH
+
+
+def test_a_startup_phase_past_its_deadline_is_repaired_by_the_catalog(tmp_path: Path) -> None:
+    """Real SGLang 0.5.17 on an H200 stood in `Running FlashInfer autotune` past the deadline with two FlashInfer
+    MoE runners (docs/real-gpu.md). A host whose autotune never ends: the config that runs it times out at startup
+    (`timeout_autotune`, no log text to match), and the next trial is the same config with autotune disabled, which
+    starts, instead of a veto on the runner."""
+    from tunectl.models import CrashInfo
+
+    prof = sim_profile()
+    prof.search.try_first = [{"flashinfer-cutlass-autotune": True}]      # patch 0001: cutlass autotunes
+    virtual = VirtualEvaluator(prof)
+
+    def stalls_in_autotune(n: int, params: dict[str, Any], role: str, should_prune: Any = None) -> Any:
+        res = virtual(n, params, role, should_prune)
+        if params.get("flashinfer-cutlass-autotune") and not params.get("disable-flashinfer-autotune") \
+                and params.get("moe-runner-backend") == "flashinfer_cutlass":
+            res.status, res.levels = "crashed", []
+            res.crash = CrashInfo(cls="startup_timeout", signature="timeout_autotune", phase="startup",
+                                  exception_line="Running FlashInfer autotune with cache: ...",
+                                  message="not ready: deadline for autotune passed (last milestone: autotune_begin)")
+        return res
+
+    out = run_search(prof, trials=4, root=tmp_path, evaluate=stalls_in_autotune, seed=0)
+    trials = search_trials(out.storage, prof.name)
+    crashed, repair = trials[1], trials[2]
+    assert crashed.user_attrs["crash_signature"] == "timeout_autotune"
+    assert repair.user_attrs["proposed_by"] == "repair" and repair.user_attrs["repair_of"] == crashed.number
+    changed = {k: v for k, v in repair.params.items() if crashed.params.get(k) != v}
+    assert changed == {"disable-flashinfer-autotune": True} and "crash_class" not in repair.user_attrs

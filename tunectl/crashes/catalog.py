@@ -184,3 +184,11 @@ DEATH_MARKERS = re.compile(
 )
 SHUTDOWN_MARKER = re.compile(r"SIGTERM received|Gracefully exiting")
 BY_ID = {s.id: s for s in SIGNATURES}
+
+# tunectl's own startup deadlines (`timeout_<phase>`, runners/server/lifecycle.py) are no log text: what to change
+# so that the phase ends in time. Real 0.5.17 on an H200: flashinfer_trtllm (and flashinfer_cutlass on an earlier
+# lease) stood in `Running FlashInfer autotune` past the deadline (docs/real-gpu.md).
+TIMEOUT_REPAIRS: dict[str, tuple[Repair, ...]] = {
+    "timeout_autotune": (("disable-flashinfer-autotune", True),),
+    "timeout_cuda_graph": (("cuda-graph-max-bs", LOWER), ("disable-cuda-graph", True)),
+}

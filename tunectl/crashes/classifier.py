@@ -33,13 +33,14 @@ from tunectl.crashes.catalog import (
     RAISE,
     SHUTDOWN_MARKER,
     SIGNATURES,
+    TIMEOUT_REPAIRS,
     Repair,
     Signature,
 )
 from tunectl.models import CrashInfo
 
-__all__ = ["DEATH_MARKERS", "LOWER", "MILESTONES", "RAISE", "SIGNATURES", "LogWatcher", "Repair", "Signature",
-           "classify", "repairs_for"]
+__all__ = ["DEATH_MARKERS", "LOWER", "MILESTONES", "RAISE", "SIGNATURES", "TIMEOUT_REPAIRS", "LogWatcher", "Repair",
+           "Signature", "classify", "repairs_for"]
 
 _TRACEBACK = "Traceback (most recent call last)"
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?$")
@@ -131,6 +132,8 @@ def _pick(lines: list[str], start: int, block: list[str], exc: str, phase: str) 
 
 
 def repairs_for(signature: str, text: str = "") -> tuple[Repair, ...]:
+    if signature in TIMEOUT_REPAIRS:                  # a startup phase past its deadline: no log text to match
+        return TIMEOUT_REPAIRS[signature]
     sig = BY_ID.get(signature) or (_match(list(SIGNATURES), text) if text else None)
     return sig.repairs if sig else ()
 
