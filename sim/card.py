@@ -60,6 +60,9 @@ class Runner(Strict):
     tuned: float | None = Field(None, gt=0, description="with autotune (None: autotune does nothing for it)")
     autotune: Literal["always", "with_patch", "never"] = Field(
         "never", description="when SGLang autotunes it: always, only with patch 0001, never")
+    jit_compile_s: float = Field(0.0, ge=0, description="modeled seconds its kernels JIT-compile at the start of "
+                                 "graph capture (ninja + nvcc children, log silent); the stand-in has no kernel "
+                                 "cache: every start compiles, as the first start on a fresh host does")
 
 
 class Moe(Strict):

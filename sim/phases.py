@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from typing import Any
 
 from tunectl.sim.setup import Setup
@@ -48,16 +50,26 @@ def ready_line(s: Setup) -> str:
             f"available_gpu_mem={(1 - s.mfs) * s.card.gpu.memory_gb - graph_gb:.2f} GB")
 
 
-def startup_script(s: Setup) -> list[tuple[list[str], float, list[str]]]:
-    """(lines at the start, modeled seconds, lines at the end) per phase; a startup crash ends with the failing
-    phase's opening lines (its traceback follows)."""
+def startup_script(s: Setup) -> list[tuple[str, list[str], float, list[str]]]:
+    """(phase, lines at the start, modeled seconds, lines at the end) per phase; a startup crash ends with the
+    failing phase's opening lines (its traceback follows)."""
     script = []
     for phase, seconds in s.phases:
         begin, end = _milestones(s, phase)
-        script.append((begin, seconds, [] if phase == "warmup" else end))
+        script.append((phase, begin, seconds, [] if phase == "warmup" else end))
     if s.crash is not None:
-        script.append((_milestones(s, s.crash.phase)[0], 0.0, []))
+        script.append(("crash", _milestones(s, s.crash.phase)[0], 0.0, []))
     return script
+
+
+async def compile_kernels(wall_s: float) -> None:
+    """FlashInfer's JIT on a fresh host: a `ninja` job in its own process group with an `nvcc` under it, both with
+    the server's environment (so its run id), running `wall_s` while the log stays silent."""
+    sleep, arg = shutil.which("sleep") or "/bin/sleep", f"{max(wall_s, 0.0):.3f}"
+    ninja = subprocess.Popen(["ninja", arg], executable=sleep, process_group=0)
+    nvcc = subprocess.Popen(["nvcc", arg], executable=sleep, process_group=ninja.pid)
+    while ninja.poll() is None or nvcc.poll() is None:
+        await asyncio.sleep(0.05)
 
 
 async def run_startup(st: Any, scale: float) -> None:
@@ -69,9 +81,11 @@ async def run_startup(st: Any, scale: float) -> None:
         log(f"tunectl patch 0003: moe_runner_backend={opt.get('moe_runner_backend') or 'auto'}, "
             f"moe_a2a_backend={opt.get('moe_a2a_backend') or 'none'}, "
             f"flashinfer_autotune={'off' if opt.get('disable_flashinfer_autotune') else 'on'}")
-    for begin, seconds, end in startup_script(s):
+    for phase, begin, seconds, end in startup_script(s):
         for line in begin:
             log(line, rank=True)
+        if s.jit_s and phase == s.jit_phase:
+            await compile_kernels(s.jit_s * scale)
         await asyncio.sleep(seconds * scale if seconds else 0.01 if s.crash else 0)
         for line in end:
             log(line, rank=True)

@@ -62,6 +62,11 @@ class Setup:
     watchdog_s: float
     crash: StartupCrash | None = None
     phases: list[tuple[str, float]] = field(default_factory=list)   # (phase, modeled seconds)
+    jit_s: float = 0.0             # modeled seconds of kernel compiles at the start of graph capture (or warmup)
+
+    @property
+    def jit_phase(self) -> str:
+        return "cuda_graph" if self.graphs else "warmup"
 
     def decode_ms(self, bs: int, kv_tokens: int = 0) -> float:
         d = self.card.decode
@@ -82,7 +87,8 @@ class Setup:
         return self.graphs and bs <= self.graph_max_bs
 
     def startup_s(self) -> float:
-        return sum(s for _, s in self.phases)
+        jit = self.jit_s if any(p == self.jit_phase for p, _ in self.phases) else 0.0
+        return sum(s for _, s in self.phases) + jit
 
     def activation_gb(self) -> float:
         m = self.card.memory
@@ -152,8 +158,14 @@ def resolve(card: Card, config: dict[str, Any], env: dict[str, str] | None = Non
         watchdog_s=float(c["watchdog_timeout"]))
     s.pt1_prone = (pt1 is not None and kv_dtype == pt1.kv_dtype and s.chunked_prefix_cache
                    and not _patch_ids([pt1.fixed_by_patch]) & pids and _metadata_lacks_field(c))
+    s.jit_s = _jit_s(card, moe)
     _plan_startup(s, card, attn)
     return s
+
+
+def _jit_s(card: Card, moe: str | None) -> float:
+    runner = card.moe.runners.get(moe) if card.moe is not None and moe is not None else None
+    return runner.jit_compile_s if runner is not None else 0.0
 
 
 def _chunk(c: dict[str, Any]) -> int:

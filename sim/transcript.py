@@ -19,7 +19,7 @@ PID = 4242
 def transcript(setup: Setup, ladder: VirtualLadder) -> str:
     out = io.StringIO()
     log = Log(setup.card.gpu.count, out)
-    for begin, _, end in startup_script(setup):
+    for _, begin, _, end in startup_script(setup):
         for line in (*begin, *end):
             log(line, rank=True)
     if setup.crash is not None:

@@ -177,7 +177,8 @@ class TrialResult:
     crash: CrashInfo | None = None
     launch: LaunchPlan | None = None
     ready_s: float | None = None                # launch -> ready
-    startup_phases: dict[str, float] = field(default_factory=dict)  # milestone -> seconds since launch
+    startup_phases: dict[str, float] = field(default_factory=dict)  # milestone -> seconds since launch;
+    # "compiling_s": seconds the startup waited on kernel compilers past a phase deadline
     server_facts: dict[str, float] = field(default_factory=dict)    # read from the server log: pool, limits,
                                                                     # free memory, retracted requests
     teardown: dict[str, Any] = field(default_factory=dict)  # {"verdict": "clean"|"dirty", "seconds": .., ...}

@@ -69,6 +69,8 @@ class Timeouts(Strict):
     memory_pool_s: float = 600.0
     cuda_graph_s: float = 1200.0
     autotune_s: float = 1200.0
+    compile_s: float = 1800.0             # per launch: waiting on the server's kernel compilers (nvcc, ninja) past a
+                                          # phase deadline; a fresh host JIT-compiles a backend's kernels once
     ready_s: float = 600.0                # last milestone -> ready
     level_s: float = 900.0                # one concurrency level
     hang_s: float = 60.0                  # no token progress with requests in flight

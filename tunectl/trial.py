@@ -32,6 +32,7 @@ from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile
 from tunectl.runners.server import lifecycle
 from tunectl.runners.server import plan as plan_mod
+from tunectl.runners.server.compiling import TIMEOUT_COMPILE
 from tunectl.runners.server.ladder import run_ladder
 from tunectl.store import StudyStore
 
@@ -97,7 +98,7 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
         result.teardown = lifecycle.teardown(srv)
         _emit(on_event, "teardown", **result.teardown)
         if result.crash is not None and result.crash.exit_code is None and result.crash.cls not in (
-                "hang", "startup_timeout"):
+                "hang", "startup_timeout") and result.crash.signature != TIMEOUT_COMPILE:
             result.crash.exit_code = result.teardown.get("exit_code")
         store.write_log(result.trial, srv.tail())
         if result.teardown.get("verdict") == "clean":      # its log is in results/: the host keeps nothing

@@ -5,7 +5,8 @@
 - `launch(runner, prof, plan, config_yaml) -> Server`: writes config.yaml into the 0700 trial dir and starts
   `plan.exec_argv` detached (process group + exit code recorded by the wrapper).
 - `wait_ready(server) -> Startup`: ready = the "fired up" log line AND `GET /health_generate` 200. Deadlines per
-  startup phase come from log milestones (profile `server.timeouts`, scaled by the stand-in's time scale).
+  startup phase come from log milestones (profile `server.timeouts`, scaled by the stand-in's time scale); a
+  deadline that passes while the server's kernel compilers run waits for them (compiling.py, `compile_s`).
   The log is polled every `POLL_S`; a crash is classified by `LogWatcher` as soon as its line shows.
 - `Server.check()`: one crash-watch step (used during load by the ladder).
 - `teardown(server) -> dict`: always; snapshot pids, TERM the group, grace, KILL the group (and run-id
@@ -27,6 +28,7 @@ from tunectl.errors import HostDirtyError
 from tunectl.models import CrashInfo, LaunchPlan
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import ProcHandle, Runner
+from tunectl.runners.server.compiling import TIMEOUT_COMPILE, CompileWait, describe
 
 POLL_S = 0.2
 SETTLE_S = 0.3            # after a death line: let the rest of the traceback land before classifying
@@ -99,6 +101,7 @@ class Server:
     detected_at: float | None = None      # monotonic time the crash was first seen
     phase: str = "startup"
     level: int | None = None
+    jit: CompileWait = field(default_factory=CompileWait)   # time waited on kernel compilers during startup
 
     @property
     def base_url(self) -> str:
@@ -173,17 +176,18 @@ class Startup:
 
 
 def phase_deadline(server: Server) -> tuple[str, float]:
-    """(what we are waiting for, the wall-clock deadline) from the milestones seen so far."""
+    """(what we are waiting for, the wall-clock deadline) from the milestones seen so far; a phase counts from no
+    earlier than the end of a compile that outlived its deadline (re-armed)."""
     prof, w = server.prof, server.watcher
-    t = prof.server.timeouts
+    t, rearm = prof.server.timeouts, server.jit.rearm_at
     if server.first_line_at is None:
-        return "first log line", server.started + scaled(prof, t.launch_s, slack=10.0)
+        return "first log line", max(server.started, rearm) + scaled(prof, t.launch_s, slack=10.0)
     open_phases = [(w.milestones[b], f) for b, e, f in PHASES if b in w.milestones and e not in w.milestones]
     if open_phases:
         since, fld = max(open_phases)
-        return fld.removesuffix("_s"), since + scaled(prof, getattr(t, fld))
+        return fld.removesuffix("_s"), max(since, rearm) + scaled(prof, getattr(t, fld))
     since = w.last_milestone[1] if w.last_milestone else server.first_line_at
-    return "ready", since + scaled(prof, t.ready_s, slack=5.0)
+    return "ready", max(since, rearm) + scaled(prof, t.ready_s, slack=5.0)
 
 
 def health_ok(base_url: str, timeout: float = 25.0) -> bool:
@@ -198,32 +202,63 @@ def wait_ready(server: Server, on_event: Event | None = None) -> Startup:
     seen: set[str] = set()
     while True:
         crash = server.check()
-        phases = {k: round(v - server.started, 3) for k, v in server.watcher.milestones.items()}
-        for name in phases.keys() - seen:
-            seen.add(name)
-            if on_event:
-                on_event("milestone", {"name": name, "t": phases[name]})
+        for name, t in _phases(server).items():
+            if name not in seen:
+                seen.add(name)
+                if on_event:
+                    on_event("milestone", {"name": name, "t": t})
         if crash is not None:
-            return Startup(False, crash, phases=phases)
+            return _startup(server, crash)
         if server.watcher.ready and health_ok(server.base_url, timeout=_probe_timeout(server)):
             server.phase = "load"
-            return Startup(True, ready_s=round(time.monotonic() - server.started, 3), phases=phases)
+            return _startup(server, None, ready_s=round(time.monotonic() - server.started, 3))
         what, deadline = phase_deadline(server)
-        if time.monotonic() > deadline:
-            server.crash = startup_timeout(server, what, phases)
-            return Startup(False, server.crash, phases=phases)
+        if time.monotonic() > deadline and not compile_grace(server, what, on_event):
+            server.crash = startup_timeout(server, what)
+            return _startup(server, server.crash)
         time.sleep(POLL_S)
+
+
+def _phases(server: Server) -> dict[str, float]:
+    return {k: round(v - server.started, 3) for k, v in server.watcher.milestones.items()}
+
+
+def _startup(server: Server, crash: CrashInfo | None, ready_s: float | None = None) -> Startup:
+    phases = _phases(server)
+    if server.jit.waited_s or server.jit.since is not None:
+        phases["compiling_s"] = round(server.jit.total(time.monotonic()), 3)
+    return Startup(crash is None, crash, ready_s=ready_s, phases=phases)
+
+
+def compile_grace(server: Server, what: str, on_event: Event | None = None) -> bool:
+    """The deadline of `what` passed: True while the server's compilers run (within compile_s) or re-armed it."""
+    jit, now = server.jit, time.monotonic()
+    if not jit.due(now):
+        return True
+    cap = scaled(server.prof, server.prof.server.timeouts.compile_s)
+    state = jit.step(server.runner.group_processes(server.handle), now, cap)
+    if state == "started" and on_event:
+        on_event("compiling", {"phase": what, "compilers": dict(jit.found), "t": round(now - server.started, 3)})
+    return state in ("started", "compiling") or state == "finished" and time.monotonic() <= phase_deadline(server)[1]
 
 
 def _probe_timeout(server: Server) -> float:
     return engine(server.prof).probe_timeout_s
 
 
-def startup_timeout(server: Server, what: str, phases: dict[str, float]) -> CrashInfo:
+def startup_timeout(server: Server, what: str) -> CrashInfo:
+    """A startup deadline passed. Past `compile_s` with compilers still running it is `timeout_compile`, class
+    infra: a fresh host's one-time compile, not the config's fault (retried; the compiler cache keeps what was built)."""
     last = server.watcher.last_milestone[0] if server.watcher.last_milestone else "none"
     lines = server.tail(1 << 16).splitlines()
-    return CrashInfo(cls="startup_timeout", signature=f"timeout_{what.replace(' ', '_')}", phase="startup",
-                     exception_line=lines[-1] if lines else "", traceback_excerpt="\n".join(lines[-12:]),
+    evidence = {"phase": "startup", "exception_line": lines[-1] if lines else "",
+                "traceback_excerpt": "\n".join(lines[-12:])}
+    if server.jit.over_cap:
+        limit = server.prof.server.timeouts.compile_s
+        return CrashInfo(cls="infra", signature=TIMEOUT_COMPILE, **evidence,
+                         message=f"not ready: the kernel compile ({describe(server.jit.found)}) did not finish "
+                                 f"within compile_s={limit:g} (waiting for {what}; last milestone: {last})")
+    return CrashInfo(cls="startup_timeout", signature=f"timeout_{what.replace(' ', '_')}", **evidence,
                      message=f"not ready: deadline for {what} passed (last milestone: {last})")
 
 

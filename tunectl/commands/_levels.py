@@ -10,6 +10,7 @@ from rich.table import Table
 
 from tunectl.commands._common import console
 from tunectl.models import LevelResult, TrialResult
+from tunectl.runners.server.compiling import describe
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -99,6 +100,8 @@ def print_crash(result: TrialResult) -> None:
 def progress_text(kind: str, data: dict[str, Any]) -> str | None:
     if kind == "milestone":
         return f"starting: {data['name']} (+{data['t']:.1f} s)"
+    if kind == "compiling":
+        return f"compiling kernels ({describe(data['compilers'])}) during {data['phase']} (+{data['t']:.1f} s) ..."
     if kind == "ready":
         return f"ready after {data['ready_s']:.1f} s"
     if kind == "level_start":

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from tunectl.cli import app
 from tunectl.commands._common import console, get_profile, one_line_errors, show_table
+from tunectl.commands._levels import progress_text
 from tunectl.errors import UsageError
 from tunectl.models import ladder_steps
 from tunectl.store import DEFAULT_ROOT
@@ -92,6 +93,8 @@ def _level_text(data: dict[str, Any]) -> str:
         return f"c={lv['concurrency']} {lv['status']} {thr:,.0f} tok/s"
     if "concurrency" in data:
         return f"c={data['concurrency']} running"
+    if "compilers" in data:
+        return progress_text("compiling", data) or ""
     return str(data["phase"]) if "phase" in data else ""
 
 
