@@ -32,7 +32,6 @@ from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile
 from tunectl.runners.server import lifecycle
 from tunectl.runners.server import plan as plan_mod
-from tunectl.runners.server.compiling import TIMEOUT_COMPILE
 from tunectl.runners.server.ladder import run_ladder
 from tunectl.store import StudyStore
 
@@ -80,6 +79,12 @@ def run_trial(ctx: TrialContext, n: int, params: dict[str, Any], role: str = "sw
     return result
 
 
+def _stopped_by_us(crash: CrashInfo) -> bool:
+    """A hang or a startup deadline (`timeout_<phase>`, `timeout_compile`) is tunectl's own stop: the exit code is
+    teardown's kill, not the server's."""
+    return crash.cls == "hang" or crash.signature.startswith("timeout_")
+
+
 def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event | None,
                         should_prune: Callable[[LevelResult], bool] | None) -> None:
     prof, runner, store, plan = ctx.profile, ctx.runner, ctx.store, result.launch
@@ -97,8 +102,7 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
     finally:
         result.teardown = lifecycle.teardown(srv)
         _emit(on_event, "teardown", **result.teardown)
-        if result.crash is not None and result.crash.exit_code is None and result.crash.cls not in (
-                "hang", "startup_timeout") and result.crash.signature != TIMEOUT_COMPILE:
+        if result.crash is not None and result.crash.exit_code is None and not _stopped_by_us(result.crash):
             result.crash.exit_code = result.teardown.get("exit_code")
         store.write_log(result.trial, srv.tail())
         if result.teardown.get("verdict") == "clean":      # its log is in results/: the host keeps nothing
