@@ -65,8 +65,10 @@ def mode_of(runner: Runner, path: str) -> int:
 
 
 def cleanup(runner: Runner, h: ProcHandle) -> None:
+    """Kill the run and wait for the wrapper's last step: the group can look empty just before the wrapper's
+    `mv exit_code.tmp exit_code` starts (seen on a loaded machine), so done = exit code written and group empty."""
     runner.signal_group(h, signal.SIGKILL)
-    wait_for(lambda: not runner.group_processes(h), timeout=10)
+    wait_for(lambda: runner.exists(h.exit_code_path) and not runner.group_processes(h), timeout=10)
 
 
 class TestStartDetached:
