@@ -30,6 +30,7 @@ from tunectl.search.study import (
     HostState,
     WorkerLock,
     default_storage_url,
+    host_of,
     open_storage,
     recover,
 )
@@ -94,11 +95,26 @@ def check_same_space(study: optuna.Study, prof: Profile) -> None:
                                  "--study NAME, or restore the knob to resume") from None
 
 
-def close_interrupted(store: StudyStore, n: int) -> None:
-    """A trial a dead worker left `running` in its trial.json is `interrupted` (its config is run again)."""
+def close_interrupted(store: StudyStore, n: int, study: optuna.Study | None = None) -> None:
+    """A trial a dead worker left `running` in its trial.json is `interrupted` (its config is run again). One killed
+    before its first trial.json (its slot or launch record already written) gets an `interrupted` record from the
+    study's trial, so every trial that left files is in `trials`, the report and `export`."""
+    from tunectl.models import TrialResult
+
     try:
         t = store.read_trial(n)
     except (OSError, ValueError):
+        d = store.trial_dir(n)
+        frozen = next((ft for ft in study.get_trials(deepcopy=False) if ft.number == n), None) if study else None
+        if frozen is None or not d.is_dir() or not any(d.iterdir()):
+            return
+        slot = d / "slot.json"
+        host = read_json(slot).get("host") if slot.exists() else None
+        now = time.time()
+        store.write_trial(TrialResult(trial=n, status="interrupted", params=dict(frozen.params),
+                                      host=host or host_of(frozen) or "local", role=fin.role(frozen),
+                                      started_at=frozen.datetime_start.timestamp() if frozen.datetime_start else now,
+                                      finished_at=now))
         return
     if t.status == "running":
         t.status, t.finished_at = "interrupted", time.time()
@@ -269,7 +285,7 @@ def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
         states[key] = HostState(store.dir / "hosts", key)
         recovered += recover(study, key, states[key], fleet.cleanup_for(key))
     for n in recovered:
-        close_interrupted(store, n)
+        close_interrupted(store, n, study)
     if hooks.on_event:
         hooks.on_event("resume", resume_info(study, sorted(recovered), *planned))
     return states

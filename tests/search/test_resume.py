@@ -131,6 +131,29 @@ def test_a_rerun_says_what_it_does_and_closes_the_interrupted_trial(tmp_path: Pa
     assert store.read_trial(99).status == "interrupted"
 
 
+def test_a_trial_killed_before_its_first_record_is_closed_from_the_study(tmp_path: Path) -> None:
+    """kill -9 between a trial's slot record and its first trial.json: recovery writes it `interrupted` with the
+    study's params, so `trials`, the report and `export` list every trial that left files; a trial that left none
+    stays out."""
+    import optuna
+
+    from tunectl.store import write_json
+    from tunectl.study import close_interrupted
+
+    store = StudyStore("killed", tmp_path)
+    study = optuna.create_study(study_name="killed")
+    dist = {"chunked_prefill_size": optuna.distributions.CategoricalDistribution([2048, 4096])}
+    left, bare = study.ask(dist), study.ask(dist)
+    left.set_user_attr("role", "search")
+    write_json(store.trial_dir(left.number) / "slot.json", {"trial": left.number, "host": "ssh:box1"})
+    for n in (left.number, bare.number):
+        close_interrupted(store, n, study)
+    assert store.trial_numbers() == [left.number]
+    t = store.read_trial(left.number)
+    assert (t.status, t.params, t.host, t.role) == ("interrupted", left.params, "ssh:box1", "search")
+    assert t.finished_at >= t.started_at > 0
+
+
 def test_a_rerun_with_an_edited_space_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
     from tests.search.conftest import SPACE, make_profile
     from tunectl.errors import UsageError
