@@ -106,6 +106,34 @@ def pool_bounds(facts: dict[str, float], tokens_per_request: int) -> dict[str, f
 
 
 MEM_FRACTION, MAX_RUNNING = "mem-fraction-static", "max-running-requests"
+GRAPH_MAX_BS, NO_GRAPHS = "cuda-graph-max-bs", "disable-cuda-graph"
+
+
+def knob_value(search: SearchSpec, params: dict[str, Any], target: str) -> Any:
+    """The value `params` give the knob that drives `target` (None: no such knob, or it is not active)."""
+    return next((params[name] for name, spec in search.space.items()
+                 if name in params and drives(name, spec, target)), None)
+
+
+def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any], facts: dict[str, float],
+              tokens_per_request: int) -> list[tuple[list[tuple[str, Any]], dict[str, float]]]:
+    """Changes a served config's own log asks for, as (repairs, bounds) like a crash's (soft evidence, no crash):
+    - decode batches above the captured CUDA graph sizes ran without graphs (`cuda graph: False` at a batch larger
+      than `cuda-graph-max-bs`, graphs on): raise the graph max bs to cover the largest such batch;
+    - the running batch stood at `max_running_requests` with requests queued and no retraction (admission held
+      them, not the KV pool): raise max-running-requests to running + queued, at most what the pool holds."""
+    out: list[tuple[list[tuple[str, Any]], dict[str, float]]] = []
+    missed, graph_bs = facts.get("decode_bs_nograph_max", 0), knob_value(search, params, GRAPH_MAX_BS)
+    if not flags.get(NO_GRAPHS) and isinstance(graph_bs, int) and missed > graph_bs:
+        out.append(([(GRAPH_MAX_BS, RAISE)], {GRAPH_MAX_BS: missed}))
+    queued, cap = facts.get("decode_queue_at_cap", 0), facts.get("max_running_requests")
+    running = knob_value(search, params, MAX_RUNNING)
+    if queued and cap and isinstance(running, int) and cap >= running and not facts.get("retracted_reqs"):
+        want = cap + queued
+        pool = pool_bounds(facts, tokens_per_request).get(MAX_RUNNING)
+        if pool is None or pool > running:
+            out.append(([(MAX_RUNNING, RAISE)], {MAX_RUNNING: min(want, pool) if pool else want}))
+    return out
 
 
 def lookup(repairs: RepairLookup | None, signature: str | None, text: str = "") -> Sequence[tuple[str, Any]]:

@@ -13,11 +13,12 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
-from tunectl.search.repair import RepairLookup, lookup, oom_bounds, pool_bounds, repaired_configs
+from tunectl.search.repair import RepairLookup, log_hints, lookup, oom_bounds, pool_bounds, repaired_configs
 from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
 from tunectl.search.space import baseline_params, config_key
 from tunectl.search.surrogate import History, Surrogate, startup_risk
 
+from tunectl import knobs
 from tunectl.models import ladder_steps
 from tunectl.profile import Profile
 
@@ -181,7 +182,8 @@ class Steps:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
-        incumbent. Each repair once, with the bounds the server's log gives (how much memory an OOM missed, how
+        incumbent; the incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches
+        above the captured graph sizes, requests queued at max-running-requests). Each repair once, with the bounds the server's log gives (how much memory an OOM missed, how
         many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
         configs they repair; parallel trials) counted, and none for a config whose repair is in flight."""
         best = fin.candidates(done)
@@ -209,8 +211,8 @@ class Steps:
         facts = incumbent.user_attrs.get("server_facts", {}) if incumbent is not None else {}
         top = max((st.concurrency for st in ladder_steps(incumbent.user_attrs.get("ladder")) if st.status == "ok"),
                   default=0) if incumbent is not None else 0
+        wl = self.prof.bench.workloads[0]
         if incumbent is not None and facts.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
-            wl = self.prof.bench.workloads[0]
             out.append((incumbent, lookup(self.repairs, KV_PRESSURE), pool_bounds(facts, wl.input_len + wl.output_len)))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
         if crashed and incumbent is not None and incumbent.values:
@@ -219,6 +221,11 @@ class Steps:
                 if model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
                     exc = str(t.user_attrs.get("crash_exception", ""))
                     out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search)))
+        if incumbent is not None:
+            flags = knobs.merge(self.prof, dict(incumbent.params))[0]
+            for fixes, bounds in log_hints(self.prof.search, dict(incumbent.params), flags, facts,
+                                           wl.input_len + wl.output_len):
+                out.append((incumbent, fixes, bounds))
         return out
 
     def _fixes(self, t: FrozenTrial) -> Any:

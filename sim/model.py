@@ -26,6 +26,10 @@ class LevelOutcome:
     duration_s: float = 0.0
     mean_ttft_ms: float = 0.0
     p99_ttft_ms: float = 0.0
+    # the level's largest decode batch as the server logs it: its size, whether it ran as a CUDA graph, the queue
+    peak_bs: int = 0
+    peak_graph: bool = False
+    peak_queue: int = 0
 
 
 @dataclass
@@ -136,6 +140,7 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
         send(todo.pop())
     total = sum(len(x) for x in convs)
     done: list[Req] = []
+    peak: tuple[int, bool, int] = (0, False, 0)
     while len(done) < total:
         step = sched.next_step()
         if step is None:
@@ -145,6 +150,8 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
         now += step.ms / 1000.0
         if step.crash is not None:
             return LevelOutcome(c, None, len(done), now - start), step.crash
+        if step.kind == "decode" and step.bs > peak[0]:
+            peak = (step.bs, step.graph, len(sched.waiting))
         for r in step.joined:
             r.first_token_t = now if r.first_token_t is None else r.first_token_t
         for r in step.finished:
@@ -157,7 +164,8 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
     ttfts = sorted((r.first_token_t or 0.0) - r.arrival for r in done)
     p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0
     tput = sum(r.output_len for r in done) / dur
-    return LevelOutcome(c, tput, len(done), dur, 1000 * sum(ttfts) / max(1, len(ttfts)), 1000 * p99), None
+    return LevelOutcome(c, tput, len(done), dur, 1000 * sum(ttfts) / max(1, len(ttfts)), 1000 * p99,
+                        *peak), None
 
 
 def _watchdog_text(setup: Setup) -> str:

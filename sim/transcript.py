@@ -1,7 +1,7 @@
 """The server log a virtual run would have written: the stand-in's own lines, without processes or clocks.
 
 `transcript(setup, ladder)` renders what the live stand-in logs for the same setup and outcome (startup milestones,
-the pool line, KV retractions, a crash's traceback and death lines), so the virtual path reads crashes and facts
+the pool line, a decode line per level (its largest batch), KV retractions, a crash's traceback and death lines), so the virtual path reads crashes and facts
 with the same classifier and log watcher as a live trial.
 """
 from __future__ import annotations
@@ -14,6 +14,9 @@ from tunectl.sim.phases import ready_line, startup_script
 from tunectl.sim.setup import Setup
 
 PID = 4242
+# one decode line per level: its largest batch, as the live stand-in (sim/engine.py) and SGLang log each batch
+DECODE_LINE = ("Decode batch, #running-req: {bs}, #token: 0, token usage: 0.00, cuda graph: {graph}, "
+               "gen throughput (token/s): {tput:.2f}, #queue-req: {queue}")
 
 
 def transcript(setup: Setup, ladder: VirtualLadder) -> str:
@@ -28,6 +31,10 @@ def transcript(setup: Setup, ladder: VirtualLadder) -> str:
         return out.getvalue()
     log(ready_line(setup), rank=True)
     log("The server is fired up and ready to roll!")
+    for lv in ladder.levels:
+        if lv.output_throughput is not None and lv.peak_bs:
+            log(DECODE_LINE.format(bs=lv.peak_bs, graph=lv.peak_graph, tput=lv.output_throughput,
+                                   queue=lv.peak_queue), rank=True)
     if ladder.retractions:
         log(RETRACT.format(n=ladder.retractions, a=setup.card.admission.new_token_ratio, b=1.0), rank=True)
     if ladder.crash is not None:

@@ -282,8 +282,9 @@ def teardown(server: Server) -> dict[str, Any]:
     if not graceful:
         r.signal_group(h, signal.SIGKILL)
         _wait(lambda: not r.group_processes(h), 10.0)
-    # the launch wrapper's last step (writing exit_code) can start just after the group first looked empty
-    _wait(lambda: not r.group_processes(h), 2.0, 0.05)
+    # the launch wrapper's last step (`mv exit_code.tmp exit_code`, with the run's environment) can start just
+    # after the group first looked empty: done = exit code written and group empty
+    _wait(lambda: r.exists(h.exit_code_path) and not r.group_processes(h), 2.0, 0.05)
     left = r.group_processes(h)
     port_free = _wait(lambda: r.port_owner(server.plan.port) is None, t.port_release_s if not left else 1.0, 0.2)
     pids = {p.pid for p in snapshot}

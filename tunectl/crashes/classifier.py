@@ -14,7 +14,8 @@ Public API (the lifecycle codes against these names):
 - `LogWatcher`: fed raw byte chunks (`feed(data, now)`) as the log is tailed from an offset. Tracks startup
   milestones with the time seen (`milestones`, `last_milestone`), facts (`facts`: max_total_num_tokens,
   chunked_prefill_size, max_running_requests, available_gpu_mem_gb, ... and retracted_reqs, the requests the
-  scheduler sent back to the queue because the KV pool was full), token progress (`prefill_batches`, `decode_batches`,
+  scheduler sent back to the queue because the KV pool was full; from the decode lines the largest batch, the
+  largest one run without a CUDA graph and the queue while the batch stood at max_running_requests), token progress (`prefill_batches`, `decode_batches`,
   `last_progress_at`), and death (`crashed`, `first_traceback_at`, `first_traceback_offset`,
   `crash_info(phase, level, exit_code, detected_at=None)`). Detection happens inside `feed`, on the line
   that shows it. After a `SIGTERM received` line (or `mark_stopping()`) death markers are a normal stop.
@@ -69,6 +70,7 @@ _PROGRESS = re.compile(r"\b(Prefill|Decode) batch[,.]")
 _FREE_GB = re.compile(r"available_gpu_mem=([\d.]+) GB")
 _RETRACTED = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
 _GEN_RATE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
+_DECODE_STATE = re.compile(r"#running-req: (\d+),.*cuda graph: (True|False)\b.*#queue-req: (\d+)")
 _EXIT_CRASH = {137, -9, 134, -6, 139, -11, 1}
 
 
@@ -250,6 +252,7 @@ class LogWatcher:
                 rate = _GEN_RATE.search(line)
                 if rate:
                     self.decode_rates.append((int(rate.group(1)), float(rate.group(2))))
+                self._decode_state(line)
             self.last_progress_at = now
             return
         if SHUTDOWN_MARKER.search(line):
@@ -272,6 +275,23 @@ class LogWatcher:
             m = re.search(r"#tokens: (\d+)", line)
             if m:
                 self.facts.setdefault("kv_tokens", int(m.group(1)))
+
+    def _decode_state(self, line: str) -> None:
+        """What the decode lines say about the batch: the largest one (`decode_bs_max`), the largest that ran
+        without a CUDA graph (`decode_bs_nograph_max`: with graphs on, a batch above the captured sizes), and the
+        longest queue while the running batch stood at the server's `max_running_requests` (`decode_queue_at_cap`:
+        admission, not the KV pool, held requests back)."""
+        m = _DECODE_STATE.search(line)
+        if not m:
+            return
+        bs, graph, queue = int(m.group(1)), m.group(2) == "True", int(m.group(3))
+        f = self.facts
+        f["decode_bs_max"] = max(f.get("decode_bs_max", 0), bs)
+        if not graph:
+            f["decode_bs_nograph_max"] = max(f.get("decode_bs_nograph_max", 0), bs)
+        cap = f.get("max_running_requests")
+        if cap and bs >= cap and queue:
+            f["decode_queue_at_cap"] = max(f.get("decode_queue_at_cap", 0), queue)
 
     def text(self) -> str:
         """The crash evidence kept so far: context before the first death line, and everything after."""

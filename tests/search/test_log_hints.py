@@ -1,0 +1,85 @@
+"""What a served config's own log asks for: decode batches above the captured CUDA graph sizes, and requests queued
+while the running batch stood at max-running-requests. Read from real SGLang 0.5.17 logs, turned into one-knob
+moves, and taken by the search (on the stand-in's virtual model)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from tests.search.test_repair import search_trials
+from tunectl import knobs
+from tunectl.crashes.classifier import LogWatcher
+from tunectl.profile import load_profile
+from tunectl.search.repair import log_hints, repair_moves
+from tunectl.study import run_search
+from tunectl.virtual import VirtualEvaluator
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+PROFILE = ROOT / "profiles" / "sim-llama8b-h200.yaml"
+
+
+def facts_of(log: Path) -> dict[str, float]:
+    w = LogWatcher()
+    w.feed(log.read_bytes(), 0.0)
+    w.flush(0.0)
+    return w.facts
+
+
+def test_real_decode_lines_show_a_batch_above_the_captured_graphs_and_a_queue_at_the_cap() -> None:
+    # graphs captured to bs 64: the batch of 235 ran without them, those of 64 and below with them
+    on = facts_of(LOGS / "server-graphs-on.log")
+    assert (on["decode_bs_max"], on["decode_bs_nograph_max"]) == (235, 235)
+    assert "decode_queue_at_cap" not in on                         # never at its max_running_requests of 256
+    # max_running_requests=256, graphs to 256: every batch a graph, 256 requests queued at the cap
+    capped = facts_of(LOGS / "h200-tunectl" / "sweep-both-clients.log")
+    assert (capped["max_running_requests"], capped["decode_bs_max"], capped["decode_queue_at_cap"]) == (256, 256, 256)
+    assert "decode_bs_nograph_max" not in capped
+
+
+def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
+    prof = load_profile(PROFILE)
+    space = prof.search.space
+    params = {"disable-cuda-graph": False, "cuda-graph-max-bs": 64, "max-running-requests": 256,
+              "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto",
+              "attention-backend": "fa3"}
+    tokens = prof.bench.workloads[0].input_len + prof.bench.workloads[0].output_len
+
+    def moves(facts: dict[str, float], p: dict) -> list[dict]:
+        flags = knobs.merge(prof, p)[0]
+        return [m for fixes, bounds in log_hints(prof.search, p, flags, facts, tokens)
+                for m in repair_moves(prof.search, p, fixes, bounds)]
+
+    # 235 uncovered: the smallest captured size that holds it, not one step (128)
+    assert moves(facts_of(LOGS / "server-graphs-on.log"), params) == [{"cuda-graph-max-bs": 256}]
+    # graphs off: all decode runs without them, nothing to cover
+    assert moves(facts_of(LOGS / "server-graphs-on.log"), {**params, "disable-cuda-graph": True}) == []
+    # 256 running + 256 queued: max-running on the log scale's grid at or above 512
+    capped = facts_of(LOGS / "h200-tunectl" / "sweep-both-clients.log")
+    (move,) = moves(capped, params)
+    assert list(move) == ["max-running-requests"] and move["max-running-requests"] >= 512
+    assert space["max-running-requests"].high >= move["max-running-requests"]
+    # the KV pool already sent requests back: the cap is not what held them
+    assert moves({**capped, "retracted_reqs": 40}, params) == []
+    # a pool that holds no more requests than run now: no raise
+    assert moves({**capped, "max_total_num_tokens": 256 * tokens}, params) == []
+
+
+def test_a_baseline_whose_big_batches_ran_without_graphs_gets_its_graphs_raised_next(tmp_path: Path) -> None:
+    """SGLang's default on the 8B card captures graphs to bs 256 and the ladder runs batches of 1024: the loop's
+    first own step is the baseline with graphs covering that batch, and it serves more."""
+    prof = load_profile(PROFILE)
+    prof.search.finalists.top_k = 0
+    out = run_search(prof, trials=5, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    trials = search_trials(out.storage, prof.name)
+    base = trials[0]
+    assert base.user_attrs["role"] == "baseline"
+    missed = base.user_attrs["server_facts"]["decode_bs_nograph_max"]
+    assert missed > base.params["cuda-graph-max-bs"]
+    hint = next(t for t in trials if t.user_attrs.get("proposed_by") == "repair")
+    assert hint.user_attrs["repair_of"] == base.number
+    changed = {k: v for k, v in hint.params.items() if base.params.get(k) != v}
+    assert list(changed) == ["cuda-graph-max-bs"] and changed["cuda-graph-max-bs"] >= missed
+    assert hint.values[0] > base.values[0]
