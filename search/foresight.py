@@ -9,7 +9,9 @@ Two rules, both read from the study's own crashes; a proposal they flag is never
   whole story); for a load crash, one that served as much as the crashed one did at the level it crashed at
   (a baseline capped at 64 running requests never reaches the batches that crash, so it refutes nothing).
 - **Unexplained startup crash** (`suspects`): a startup crash the catalog has no repairs for; the knob values of
-  the crashed config that no config that started has ever had. A proposal with all of them (usually one: a backend the hardware lacks) is flagged.
+  the crashed config that no config that started has ever had, only its choices (strings, booleans) where it has
+  new ones: a backend the hardware lacks, not the new mem fraction it happened to run with. A proposal with all
+  of them is flagged.
 """
 from __future__ import annotations
 
@@ -76,8 +78,13 @@ def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen]) -> bool:
 
 
 def suspects(crashed: Seen, seen: list[Seen]) -> dict[str, Any]:
+    """The crashed config's values no started config had. Where some of them are choices (a backend, a runner, a
+    dtype, a switch: strings and booleans), only those: a crash the catalog cannot explain is a missing kernel or an
+    unsupported combination, not a number (numbers crash with OOMs and timeouts, which the catalog repairs)."""
     started = [s.params for s in seen if s.crash_phase != "startup"]
-    return {k: v for k, v in crashed.params.items() if all(p.get(k) != v for p in started)}
+    new = {k: v for k, v in crashed.params.items() if all(p.get(k) != v for p in started)}
+    choices = {k: v for k, v in new.items() if isinstance(v, (str, bool))}
+    return choices or new
 
 
 def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:

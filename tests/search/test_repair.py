@@ -122,6 +122,19 @@ def test_a_backend_that_never_started_is_foreseen() -> None:
     assert predicted_crash(prof.search, {**base, "disable-radix-cache": True}, seen) is None
 
 
+def test_an_unexplained_crash_is_blamed_on_its_new_backend_not_on_its_new_numbers() -> None:
+    """A runner the GPU lacks crashed in a config whose mem fraction and chunk size were new too: the runner with
+    the old numbers is foreseen to crash the same way; the new numbers with the old runner are not."""
+    prof = sim_profile()
+    base = baseline_params(prof)
+    bad = {**base, "moe-runner-backend": "flashinfer_trtllm", "mem-fraction-static": 0.95,
+           "chunked-prefill-size": 16384}
+    seen = [Seen(base, None), Seen(bad, "startup")]
+    assert predicted_crash(prof.search, {**base, "moe-runner-backend": "flashinfer_trtllm"}, seen) is seen[1]
+    assert predicted_crash(prof.search, {**base, "mem-fraction-static": 0.95, "chunked-prefill-size": 16384},
+                           seen) is None
+
+
 def search_trials(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
     study = optuna.load_study(study_name=name, storage=storage)
     return [t for t in study.trials if t.user_attrs.get("role") in ("search", "baseline")
