@@ -4,7 +4,9 @@ Two rules, both read from the study's own crashes; a proposal they flag is never
 
 - **Keeps the crash** (`keeps_crash`): the crash's signature has catalog repairs the space can express, and the
   proposal applies none of them: each repair knob is where the crashed config had it, or further the wrong way
-  (a `LOWER` repair of mem-fraction-static 0.88: any value >= 0.88). The rule stands until a config that keeps
+  (a `LOWER` repair of mem-fraction-static 0.88: any value >= 0.88; where the OOM message says how much memory
+  was missing, any value not lowered that far: `Seen.bounds`, the same bound the repair step moves by). The rule
+  stands until a config that keeps
   the crash by it did not crash: for a startup crash, one that started (the catalog's repairs were not the
   whole story); for a load crash, one that served as much as the crashed one did at the level it crashed at
   (a baseline capped at 64 running requests never reaches the batches that crash, so it refutes nothing).
@@ -34,6 +36,7 @@ class Seen:
     levels: dict[int, float] = field(default_factory=dict)   # stable throughput per concurrency
     crash_level: int | None = None
     number: int = -1
+    bounds: dict[str, float] = field(default_factory=dict)   # how far a repair target must move (an OOM's size)
 
 
 def keeps_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen) -> bool:
@@ -47,7 +50,9 @@ def keeps_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen) -> bo
             mine, theirs = params.get(name), crashed.params[name]
             if mine is None:
                 return False                        # the knob is off in the proposal: a different setup
-            if change == LOWER and mine < theirs or change == RAISE and mine > theirs:
+            far = crashed.bounds.get(target)
+            if change == LOWER and mine < theirs and (far is None or mine <= far + 1e-9) \
+                    or change == RAISE and mine > theirs and (far is None or mine >= far - 1e-9):
                 return False
             if change not in (LOWER, RAISE) and mine != theirs:
                 return False

@@ -248,6 +248,8 @@ class Steps:
             phase = None if a.get("crash_class") is None else "startup" if outcome(t) == "startup" else "load"
             fixes = lookup(self.repairs, a.get("crash_signature"), str(a.get("crash_exception", ""))) \
                 if phase else ()
+            bounds = oom_bounds(str(a.get("crash_exception", "")), dict(t.params), self.prof.search) \
+                if phase == "startup" else {}
             out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in level_values(t).items()},
-                            a.get("crash_level"), t.number))
+                            a.get("crash_level"), t.number, bounds))
         return out
