@@ -309,7 +309,9 @@ def test_sigterm_during_a_level_tears_the_server_down_like_ctrl_c(env):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and "terminated (SIGTERM)" in err, err
     assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down
-    assert json.loads((trial / "trial.json").read_text())["params"] == {}     # the trial record was kept
+    record = json.loads((trial / "trial.json").read_text())
+    assert record["params"] == {} and record["status"] == "interrupted"       # kept, and not left `running`
+    assert record["teardown"]["verdict"] == "clean" and record["finished_at"] >= record["started_at"]
 
 
 def test_a_server_left_by_a_killed_tunectl_is_found_and_stopped_by_check(env):

@@ -27,7 +27,7 @@ CrashClass = Literal[
 CRASH_CLASSES: tuple[str, ...] = ("config_error", "load_crash", "flaky", "hang", "startup_timeout", "infra")
 
 LevelStatus = Literal["ok", "crashed", "failed", "pruned", "skipped"]
-TrialStatus = Literal["ok", "crashed", "infra", "pruned", "running", "dry_run"]
+TrialStatus = Literal["ok", "crashed", "infra", "pruned", "running", "interrupted", "dry_run"]
 
 # The latency metrics of sglang.bench_serving, with the stats it reports for each.
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")

@@ -72,6 +72,8 @@ def run_trial(ctx: TrialContext, n: int, params: dict[str, Any], role: str = "sw
         result.crash = CrashInfo(cls="infra", signature=type(e).__name__, phase="startup", message=str(e))
         _emit(on_event, "crash", crash=result.crash.to_dict())
     finally:
+        if result.status == "running":      # stopped mid-trial (Ctrl-C, SIGTERM, given up): its server is down
+            result.status = "interrupted"
         result.finished_at = time.time()
         result.wall_s = round(time.monotonic() - t0, 3)
         store.write_trial(result)
