@@ -77,8 +77,25 @@ def repair_moves(search: SearchSpec, params: dict[str, Any], repairs: Sequence[t
 def repaired_configs(search: SearchSpec, params: dict[str, Any], repairs: Sequence[tuple[str, Any]],
                      complete: Callable[[dict[str, Any]], dict[str, Any]],
                      bounds: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    """The config with each repair applied (knobs that become active are drawn by `complete`)."""
-    return [complete({**params, **move}) for move in repair_moves(search, params, repairs, bounds)]
+    """The config with each repair applied (knobs that become active are drawn by `complete`, except one whose
+    target has a bound: it takes the first grid value that reaches it, e.g. graphs switched on with a max bs that
+    covers the batch the log showed)."""
+    grid = grid_space(search, points=GRID_POINTS) if bounds else {}
+    out = []
+    for move in repair_moves(search, params, repairs, bounds):
+        cand = complete({**params, **move})
+        for name in [n for n in cand if n not in params and n not in move]:
+            spec = search.space[name]
+            bound = next((b for t, b in (bounds or {}).items() if drives(name, spec, t)), None)
+            if bound is not None and ordered_values(grid[name]):
+                values = sorted(grid[name])
+                cand[name] = next((v for v in values if v >= bound), values[-1])
+        out.append(cand)
+    return out
+
+
+def ordered_values(values: list[Any]) -> bool:
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 _TRIED = re.compile(r"Tried to allocate ([\d.]+) (MiB|GiB)")
@@ -120,12 +137,16 @@ def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any],
     """Changes a served config's own log asks for, as (repairs, bounds) like a crash's (soft evidence, no crash):
     - decode batches above the captured CUDA graph sizes ran without graphs (`cuda graph: False` at a batch larger
       than `cuda-graph-max-bs`, graphs on): raise the graph max bs to cover the largest such batch;
+    - graphs off: switch them on, with a graph max bs that covers the largest batch logged (not the knob's
+      baseline, which `complete` would give a newly active knob);
     - the running batch stood at `max_running_requests` with requests queued and no retraction (admission held
       them, not the KV pool): raise max-running-requests to running + queued, at most what the pool holds."""
     out: list[tuple[list[tuple[str, Any]], dict[str, float]]] = []
     missed, graph_bs = facts.get("decode_bs_nograph_max", 0), knob_value(search, params, GRAPH_MAX_BS)
     if not flags.get(NO_GRAPHS) and isinstance(graph_bs, int) and missed > graph_bs:
         out.append(([(GRAPH_MAX_BS, RAISE)], {GRAPH_MAX_BS: missed}))
+    if flags.get(NO_GRAPHS) is True and knob_value(search, params, NO_GRAPHS) is True and missed:
+        out.append(([(NO_GRAPHS, False)], {GRAPH_MAX_BS: missed}))
     queued, cap = facts.get("decode_queue_at_cap", 0), facts.get("max_running_requests")
     running = knob_value(search, params, MAX_RUNNING)
     if queued and cap and isinstance(running, int) and cap >= running and not facts.get("retracted_reqs"):

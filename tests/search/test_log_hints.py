@@ -54,8 +54,9 @@ def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
 
     # 235 uncovered: the smallest captured size that holds it, not one step (128)
     assert moves(facts_of(LOGS / "server-graphs-on.log"), params) == [{"cuda-graph-max-bs": 256}]
-    # graphs off: all decode runs without them, nothing to cover
-    assert moves(facts_of(LOGS / "server-graphs-on.log"), {**params, "disable-cuda-graph": True}) == []
+    # graphs off: no max bs to raise; the move is graphs on (its max bs then covers the batch: the next test)
+    assert moves(facts_of(LOGS / "server-graphs-on.log"), {**params, "disable-cuda-graph": True}) == [
+        {"disable-cuda-graph": False}]
     # 256 running + 256 queued: max-running on the log scale's grid at or above 512
     capped = facts_of(LOGS / "h200-tunectl" / "sweep-both-clients.log")
     (move,) = moves(capped, params)
@@ -65,6 +66,29 @@ def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
     assert moves({**capped, "retracted_reqs": 40}, params) == []
     # a pool that holds no more requests than run now: no raise
     assert moves({**capped, "max_total_num_tokens": 256 * tokens}, params) == []
+
+
+def test_graphs_switched_on_cover_the_batch_the_log_showed_not_the_baseline_max_bs() -> None:
+    """Real SGLang with graphs off (all decode lines `cuda graph: False`, batches up to 256): the hint turns graphs on
+    with a max bs that covers 256, where a plain switch would take the knob's baseline (SGLang's 256 here, 32 on
+    the GLM-5 profile) and read graphs as useless."""
+    import random
+
+    from tunectl.search.repair import repaired_configs
+    from tunectl.search.sampler import complete
+    from tunectl.search.space import baseline_params
+
+    prof = load_profile(PROFILE)
+    prof.search.space["cuda-graph-max-bs"].default = 64
+    base = baseline_params(prof)
+    off = {k: v for k, v in base.items() if k != "cuda-graph-max-bs"} | {"disable-cuda-graph": True}
+    facts = facts_of(LOGS / "server-graphs-off.log")
+    assert (facts["decode_bs_max"], facts["decode_bs_nograph_max"]) == (256, 256)
+    tokens = prof.bench.workloads[0].input_len + prof.bench.workloads[0].output_len
+    hints = log_hints(prof.search, off, knobs.merge(prof, off)[0], facts, tokens)
+    cands = [c for fixes, bounds in hints for c in repaired_configs(
+        prof.search, off, fixes, lambda p: complete(prof.search, p, random.Random(0), base), bounds)]
+    assert cands == [{**off, "disable-cuda-graph": False, "cuda-graph-max-bs": 256}]
 
 
 def test_a_baseline_whose_big_batches_ran_without_graphs_gets_its_graphs_raised_next(tmp_path: Path) -> None:
