@@ -111,5 +111,5 @@ def test_interrupted_trial_leaves_results_and_no_process(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_trial(c, 0, {}, on_event=on_event)
     t = c.store.read_trial(0)
-    assert t.status == "running" and [lv.concurrency for lv in t.levels] == [1]
+    assert t.status == "interrupted" and [lv.concurrency for lv in t.levels] == [1]
     assert group_pids(seen["pgid"]) == [] and run_pids(t.launch.run_id) == []  # teardown ran on the way out
