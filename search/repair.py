@@ -102,16 +102,41 @@ _TRIED = re.compile(r"Tried to allocate ([\d.]+) (MiB|GiB)")
 _TOTAL = re.compile(r"total capacity of ([\d.]+) GiB")
 
 
+_FREE = re.compile(r"of which ([\d.]+) (MiB|GiB) is free")
+
+
+def _gib(m: re.Match[str]) -> float:
+    return float(m.group(1)) / (1024.0 if m.group(2) == "MiB" else 1.0)
+
+
+def oom_shortfall(exception: str) -> tuple[float, float] | None:
+    """(GiB surely missing, GiB the GPU has) from a CUDA OOM message, None for other text. Surely missing: the
+    failed allocation less what was free then (more allocations may have followed it: the real need can be
+    larger, never smaller), for the vetoes, which must not ban a config that would start."""
+    tried, total = _TRIED.search(exception), _TOTAL.search(exception)
+    if not tried or not total:
+        return None
+    free = _FREE.search(exception)
+    return max(0.0, _gib(tried) - (_gib(free) if free else 0.0)), float(total.group(1))
+
+
 def oom_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
     """A startup CUDA OOM says how much memory was missing and how big the GPU is: the static pool must shrink
     by at least that share, so `mem-fraction-static <lower>` goes that far at once."""
     tried, total = _TRIED.search(exception), _TOTAL.search(exception)
     if not tried or not total:
         return {}
-    short_gib = float(tried.group(1)) / (1024.0 if tried.group(2) == "MiB" else 1.0)
     for name, spec in search.space.items():
         if drives(name, spec, MEM_FRACTION) and isinstance(params.get(name), (int, float)):
-            return {MEM_FRACTION: float(params[name]) - short_gib / float(total.group(1))}
+            return {MEM_FRACTION: float(params[name]) - _gib(tried) / float(total.group(1))}
+    return {}
+
+
+def mem_fraction_bound(search: SearchSpec, params: dict[str, Any], share: float) -> dict[str, float]:
+    """The mem fraction below which a startup OOM that missed `share` of the GPU may start (vetoes)."""
+    for name, spec in search.space.items():
+        if drives(name, spec, MEM_FRACTION) and isinstance(params.get(name), (int, float)):
+            return {MEM_FRACTION: float(params[name]) - share}
     return {}
 
 

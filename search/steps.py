@@ -13,7 +13,16 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
-from tunectl.search.repair import RepairLookup, log_hints, lookup, oom_bounds, pool_bounds, repaired_configs
+from tunectl.search.repair import (
+    RepairLookup,
+    log_hints,
+    lookup,
+    mem_fraction_bound,
+    oom_bounds,
+    oom_shortfall,
+    pool_bounds,
+    repaired_configs,
+)
 from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
 from tunectl.search.space import baseline_params, config_key
 from tunectl.search.surrogate import History, Surrogate, startup_risk
@@ -248,8 +257,9 @@ class Steps:
             phase = None if a.get("crash_class") is None else "startup" if outcome(t) == "startup" else "load"
             fixes = lookup(self.repairs, a.get("crash_signature"), str(a.get("crash_exception", ""))) \
                 if phase else ()
-            bounds = oom_bounds(str(a.get("crash_exception", "")), dict(t.params), self.prof.search) \
-                if phase == "startup" else {}
+            exc = str(a.get("crash_exception", ""))
+            short = oom_shortfall(exc) if phase == "startup" else None
+            bounds = mem_fraction_bound(self.prof.search, dict(t.params), short[0] / short[1]) if short else {}
             out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in level_values(t).items()},
                             a.get("crash_level"), t.number, bounds))
         return out
