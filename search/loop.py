@@ -195,9 +195,13 @@ class SearchLoop:
     def pruner(self, trial: optuna.trial.Trial, role: str) -> Any:
         planned = [(w.label, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
         pruner = make_pruner(self.prof.search.pruning, self.study, trial if role == "search" else None, planned)
-        if role != "search" or self.prof.objective.mode == "goodput" or self.prof.bench.rates:
-            # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder
+        weights = self.prof.objective.weights
+        if role != "search" or self.prof.objective.mode == "goodput" or self.prof.bench.rates or len(weights) > 1:
+            # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder; a
+            # weighted sum over workloads is not known level by level
             pruner.cfg = pruner.cfg.model_copy(update={"enabled": False})
+        elif weights:
+            pruner.only = dict(weights)
         return pruner
 
     def evaluate(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str, pruner: Any,

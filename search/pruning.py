@@ -101,11 +101,16 @@ class LadderPruner:
         self.running_best = 0.0
         self.pruned_at: LevelKey | None = None
         self.evidence: dict[str, Any] = {}
+        # `objective.weights` with one workload: only its levels compare with the incumbent, scaled by its weight
+        # (a workload the objective leaves out, or the sum of several, says nothing level by level)
+        self.only: dict[str, float] | None = None
 
     def __call__(self, lv: LevelResult) -> bool:
         return self.should_prune(lv)
 
     def should_prune(self, lv: LevelResult) -> bool:
+        if self.only is not None and lv.workload not in self.only:
+            return False                        # not in the objective: neither reported nor counted
         self.seen += 1
         if lv.status != "ok":
             return False
@@ -115,14 +120,16 @@ class LadderPruner:
             return False
         key = (lv.workload, lv.concurrency)
         mine = Interval.of(lv.output_throughput, lv.output_throughput_ci95)
-        self.running_best = max(self.running_best, mine.high)
+        w = 1.0 if self.only is None else self.only[lv.workload]     # the level as the objective counts it
+        self.running_best = max(self.running_best, mine.high * w)
         if self.planned and key == self.planned[-1]:
             return False                        # the ladder is done: nothing left to save
         if self.running_best >= self.incumbent.low:
             return False                        # an earlier level already reaches the incumbent (noise included)
         ref = self.best.get(key)
         clearly_worse = ref is not None and mine.value < self.cfg.margin * ref.value and mine.high < ref.low
-        # even scaling up like the best-scaling finished trial did, it could not reach the incumbent
+        # even scaling up like the best-scaling finished trial did, it could not reach the incumbent (the bound is
+        # objective / level throughput: the weight is in it)
         hopeless = (self.n_feasible >= MIN_FEASIBLE_FOR_BOUND and key in self.bounds
                     and mine.high * self.bounds[key] * BOUND_SLACK < self.incumbent.low)
         if not (clearly_worse or hopeless):

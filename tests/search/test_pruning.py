@@ -92,3 +92,31 @@ def test_a_config_whose_interval_reaches_the_reference_is_not_pruned() -> None:
     pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished_with_intervals(HISTORY, 0.4), planned=PLANNED)
     assert walk_ci(pruner, [10, 60, 420, 700, 800], 0.3) is None
     assert pruner.evidence == {}
+
+
+def test_levels_of_a_workload_the_weighted_objective_leaves_out_never_prune() -> None:
+    """`objective.weights: {random: 1}` on a profile that also runs a chat workload: the chat levels come first and
+    are slow for configs that are fast on random (radix off), and must not stop the ladder before random runs."""
+    pruner = LadderPruner(Pruning(min_levels=3, margin=0.5), finished(HISTORY), planned=PLANNED)
+    pruner.only = {"random": 1.0}
+    for c in LEVELS:
+        assert not pruner.should_prune(LevelResult(c, "ok", "chat", metrics={"output_throughput": 1.0}))
+    assert walk(pruner, [10, 60, 200, 400, 500]) == 64           # its own levels still prune as before
+
+
+def test_a_weighted_workload_is_compared_to_the_incumbent_at_its_weight() -> None:
+    """Weight 2: the incumbent's value is twice its best level (3,400). A level of 1,800 counts 3,600: it reaches
+    the incumbent, and the ladder is not stopped after it; counted at weight 1 it would be (200 at 256)."""
+    study = optuna.create_study(direction="maximize")
+    for ladder in HISTORY:
+        t = study.ask()
+        t.set_user_attr("ladder", [["random", c, "ok", v, 1.0] for c, v in zip(LEVELS, ladder)])
+        t.set_constraint("crash", 0.0)
+        study.tell(t, 2 * max(ladder))
+    fell = [40, 300, 1800, 200, 100]
+    weighted = LadderPruner(Pruning(min_levels=3, margin=0.5), study.trials, planned=PLANNED)
+    weighted.only = {"random": 2.0}
+    assert walk(weighted, fell) is None
+    unweighted = LadderPruner(Pruning(min_levels=3, margin=0.5), study.trials, planned=PLANNED)
+    unweighted.only = {"random": 1.0}
+    assert walk(unweighted, fell) == 256
