@@ -147,6 +147,13 @@ SIGNATURES: tuple[Signature, ...] = (
          "the MoE runner backend does not support this model's quantization (SGLang's own argument check)",
          "use --moe-runner-backend auto, or a backend the message lists for this quantization",
          repairs=(("moe-runner-backend", "auto"),)),
+    _sig("backend_needs_other_gpu",
+         r"requires SM ?(?:>= ?)?\d+|not supported on sm_?\d+|this GPU is sm_?\d+", "config_error",
+         "a kernel backend the config picks does not run on this GPU's architecture (SM version)",
+         "pick a backend this GPU supports, or auto; the search does not propose it again"),
+    _sig("backend_unsupported_quant", r"does not support quantization '[\w-]+'", "config_error",
+         "the MoE runner backend does not run this model's quantization",
+         "pick another MoE runner, or auto; the search does not propose it again"),
     _sig("model_config_missing_field", r"AttributeError: '\w+Config' object has no attribute '\w+'",
          "config_error", "SGLang's model code reads a field that the model's config.json lacks",
          "add the field to config.json (the released model's config has it), or use the SGLang version the "
