@@ -40,12 +40,17 @@ def _allowed(spec: ParamSpec, values: list[Any], value: Any) -> bool:
     return value in values
 
 
+def _numbers(values: list[Any]) -> bool:
+    """An ordered grid: numbers only (bools are not)."""
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def repaired_value(spec: ParamSpec, values: list[Any], current: Any, change: Any, bound: float | None = None) -> Any:
     """The knob's value after the change, or None when the change does not apply (same value, out of range).
     `bound`: how far the direction must go at least (read from the server), else one grid step."""
     if change in (LOWER, RAISE):
         if current is None or spec.type == "bool" or spec.type == "categorical" and spec.choices is not None \
-                and not all(isinstance(v, (int, float)) for v in values):
+                and not _numbers(values):
             return None
         ordered = sorted(values)
         way = [v for v in ordered if v < current] if change == LOWER else [v for v in ordered if v > current]
@@ -87,57 +92,49 @@ def repaired_configs(search: SearchSpec, params: dict[str, Any], repairs: Sequen
         for name in [n for n in cand if n not in params and n not in move]:
             spec = search.space[name]
             bound = next((b for t, b in (bounds or {}).items() if drives(name, spec, t)), None)
-            if bound is not None and ordered_values(grid[name]):
+            if bound is not None and _numbers(grid[name]):
                 values = sorted(grid[name])
                 cand[name] = next((v for v in values if v >= bound), values[-1])
         out.append(cand)
     return out
 
 
-def ordered_values(values: list[Any]) -> bool:
-    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
 _TRIED = re.compile(r"Tried to allocate ([\d.]+) (MiB|GiB)")
 _TOTAL = re.compile(r"total capacity of ([\d.]+) GiB")
-
-
 _FREE = re.compile(r"of which ([\d.]+) (MiB|GiB) is free")
 
 
-def _gib(m: re.Match[str]) -> float:
-    return float(m.group(1)) / (1024.0 if m.group(2) == "MiB" else 1.0)
+def _gib(m: re.Match[str] | None) -> float:
+    return 0.0 if m is None else float(m.group(1)) / (1024.0 if m.group(2) == "MiB" else 1.0)
 
 
-def oom_shortfall(exception: str) -> tuple[float, float] | None:
-    """(GiB surely missing, GiB the GPU has) from a CUDA OOM message, None for other text. Surely missing: the
-    failed allocation less what was free then (more allocations may have followed it: the real need can be
-    larger, never smaller), for the vetoes, which must not ban a config that would start."""
+def oom_sizes(exception: str) -> tuple[float, float, float] | None:
+    """(GiB the failed allocation asked for, GiB free then, GiB the GPU has) from a CUDA OOM message, else None."""
     tried, total = _TRIED.search(exception), _TOTAL.search(exception)
     if not tried or not total:
         return None
-    free = _FREE.search(exception)
-    return max(0.0, _gib(tried) - (_gib(free) if free else 0.0)), float(total.group(1))
+    return _gib(tried), _gib(_FREE.search(exception)), float(total.group(1))
 
 
 def oom_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
     """A startup CUDA OOM says how much memory was missing and how big the GPU is: the static pool must shrink
     by at least that share, so `mem-fraction-static <lower>` goes that far at once."""
-    tried, total = _TRIED.search(exception), _TOTAL.search(exception)
-    if not tried or not total:
-        return {}
-    for name, spec in search.space.items():
-        if drives(name, spec, MEM_FRACTION) and isinstance(params.get(name), (int, float)):
-            return {MEM_FRACTION: float(params[name]) - _gib(tried) / float(total.group(1))}
-    return {}
+    sizes = oom_sizes(exception)
+    return {} if sizes is None else mem_fraction_bound(search, params, sizes[0] / sizes[2])
+
+
+def oom_veto_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
+    """The same for the vetoes, which must not ban a config that would start: only the memory surely missing, the
+    failed allocation less what was free then (more allocations may have followed it: the need can be larger,
+    never smaller)."""
+    sizes = oom_sizes(exception)
+    return {} if sizes is None else mem_fraction_bound(search, params, max(0.0, sizes[0] - sizes[1]) / sizes[2])
 
 
 def mem_fraction_bound(search: SearchSpec, params: dict[str, Any], share: float) -> dict[str, float]:
-    """The mem fraction below which a startup OOM that missed `share` of the GPU may start (vetoes)."""
-    for name, spec in search.space.items():
-        if drives(name, spec, MEM_FRACTION) and isinstance(params.get(name), (int, float)):
-            return {MEM_FRACTION: float(params[name]) - share}
-    return {}
+    """The mem fraction at or below which a startup OOM that missed `share` of the GPU may start."""
+    value = knob_value(search, params, MEM_FRACTION)
+    return {MEM_FRACTION: float(value) - share} if isinstance(value, (int, float)) else {}
 
 
 def pool_bounds(facts: dict[str, float], tokens_per_request: int) -> dict[str, float]:

@@ -17,9 +17,8 @@ from tunectl.search.repair import (
     RepairLookup,
     log_hints,
     lookup,
-    mem_fraction_bound,
     oom_bounds,
-    oom_shortfall,
+    oom_veto_bounds,
     pool_bounds,
     repaired_configs,
 )
@@ -192,7 +191,8 @@ class Steps:
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
         incumbent; the incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches
-        above the captured graph sizes, requests queued at max-running-requests). Each repair once, with the bounds the server's log gives (how much memory an OOM missed, how
+        above the captured graph sizes, requests queued at max-running-requests). Each repair once, with the
+        bounds the server's log gives (how much memory an OOM missed, how
         many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
         configs they repair; parallel trials) counted, and none for a config whose repair is in flight."""
         best = fin.candidates(done)
@@ -258,8 +258,7 @@ class Steps:
             fixes = lookup(self.repairs, a.get("crash_signature"), str(a.get("crash_exception", ""))) \
                 if phase else ()
             exc = str(a.get("crash_exception", ""))
-            short = oom_shortfall(exc) if phase == "startup" else None
-            bounds = mem_fraction_bound(self.prof.search, dict(t.params), short[0] / short[1]) if short else {}
+            bounds = oom_veto_bounds(exc, dict(t.params), self.prof.search) if phase == "startup" else {}
             out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in level_values(t).items()},
                             a.get("crash_level"), t.number, bounds))
         return out

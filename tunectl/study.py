@@ -18,6 +18,7 @@ from tunectl import identity, redact, versions, warmstart
 from tunectl.crashes.catalog import CATALOG_VERSION
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
+from tunectl.models import TrialResult
 from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS
 from tunectl.search import finalists as fin
@@ -99,8 +100,6 @@ def close_interrupted(store: StudyStore, n: int, study: optuna.Study | None = No
     """A trial a dead worker left `running` in its trial.json is `interrupted` (its config is run again). One killed
     before its first trial.json (its slot or launch record already written) gets an `interrupted` record from the
     study's trial, so every trial that left files is in `trials`, the report and `export`."""
-    from tunectl.models import TrialResult
-
     try:
         t = store.read_trial(n)
     except (OSError, ValueError):

@@ -41,7 +41,6 @@ def test_real_decode_lines_show_a_batch_above_the_captured_graphs_and_a_queue_at
 
 def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
     prof = load_profile(PROFILE)
-    space = prof.search.space
     params = {"disable-cuda-graph": False, "cuda-graph-max-bs": 64, "max-running-requests": 256,
               "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto",
               "attention-backend": "fa3"}
@@ -61,7 +60,6 @@ def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
     capped = facts_of(LOGS / "h200-tunectl" / "sweep-both-clients.log")
     (move,) = moves(capped, params)
     assert list(move) == ["max-running-requests"] and move["max-running-requests"] >= 512
-    assert space["max-running-requests"].high >= move["max-running-requests"]
     # the KV pool already sent requests back: the cap is not what held them
     assert moves({**capped, "retracted_reqs": 40}, params) == []
     # a pool that holds no more requests than run now: no raise

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tests.search.conftest import make_profile
@@ -104,15 +105,14 @@ def test_a_mem_fraction_lowered_less_than_the_oom_missed_keeps_the_crash() -> No
     """The capture OOM's allocation of 4 GiB found 0.8 GiB free on a 94.97 GiB GPU: 3.2 GiB (3.4 points of mem
     fraction) were surely missing, so 0.85 (3 points below the crashed 0.88) keeps the crash and 0.80 does not. The
     repair step itself moves as far as the whole allocation (0.80)."""
-    from tunectl.search.repair import mem_fraction_bound, oom_bounds, oom_shortfall
+    from tunectl.search.repair import oom_bounds, oom_veto_bounds
 
     prof = sim_profile()
     crashed_cfg = {**baseline_params(prof), "cuda-graph-max-bs": 256, "mem-fraction-static": 0.88}
     exc = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 4096.00 MiB. GPU 0 has a "
            "total capacity of 94.97 GiB of which 812.00 MiB is free.")
-    short, total = oom_shortfall(exc)
-    assert (round(short, 3), total) == (round((4096 - 812) / 1024, 3), 94.97)
-    bounds = mem_fraction_bound(prof.search, crashed_cfg, short / total)
+    bounds = oom_veto_bounds(exc, crashed_cfg, prof.search)
+    assert bounds["mem-fraction-static"] == pytest.approx(0.88 - (4096 - 812) / 1024 / 94.97)
     crashed = Seen(crashed_cfg, "startup", crashes.repairs_for("capture_cuda_graph_failed"), bounds=bounds)
     assert keeps_crash(prof.search, {**crashed_cfg, "mem-fraction-static": 0.85}, crashed)
     assert not keeps_crash(prof.search, {**crashed_cfg, "mem-fraction-static": 0.8}, crashed)
