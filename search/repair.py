@@ -146,6 +146,7 @@ def pool_bounds(facts: dict[str, float], tokens_per_request: int) -> dict[str, f
 
 MEM_FRACTION, MAX_RUNNING = "mem-fraction-static", "max-running-requests"
 GRAPH_MAX_BS, NO_GRAPHS = "cuda-graph-max-bs", "disable-cuda-graph"
+KV_DTYPE = "kv-cache-dtype"
 
 
 def knob_value(search: SearchSpec, params: dict[str, Any], target: str) -> Any:
@@ -162,7 +163,10 @@ def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any],
     - graphs off: switch them on, with a graph max bs that covers the largest batch logged (not the knob's
       baseline, which `complete` would give a newly active knob);
     - the running batch stood at `max_running_requests` with requests queued and no retraction (admission held
-      them, not the KV pool): raise max-running-requests to running + queued, at most what the pool holds."""
+      them, not the KV pool): raise max-running-requests to running + queued, at most what the pool holds;
+    - the running batch stood below that cap with requests queued and the KV pool full (the pool held them): an
+      FP8 KV cache (half the bytes per token, so twice the requests) where the space has one and the config runs
+      another, then a higher memory fraction (one grid step; the vetoes know where startup OOMs were)."""
     out: list[tuple[list[tuple[str, Any]], dict[str, float]]] = []
     missed, graph_bs = facts.get("decode_bs_nograph_max", 0), knob_value(search, params, GRAPH_MAX_BS)
     if not flags.get(NO_GRAPHS) and isinstance(graph_bs, int) and missed > graph_bs:
@@ -176,7 +180,18 @@ def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any],
         pool = pool_bounds(facts, tokens_per_request).get(MAX_RUNNING)
         if pool is None or pool > running:
             out.append(([(MAX_RUNNING, RAISE)], {MAX_RUNNING: min(want, pool) if pool else want}))
+    if facts.get("decode_queue_pool_full"):
+        out.append(([*pool_relief(search, params), (MEM_FRACTION, RAISE)], {}))
     return out
+
+
+def pool_relief(search: SearchSpec, params: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A KV pool that holds the batch back: an FP8 KV cache (half the bytes per token, twice the requests), where
+    the space has an FP8 choice (fp8_e4m3, fp8_e5m2) and the config runs another."""
+    kv = knob_value(search, params, KV_DTYPE)
+    fp8 = next((c for name, spec in search.space.items() if drives(name, spec, KV_DTYPE)
+                for c in spec.choices or () if isinstance(c, str) and c.startswith("fp8")), None)
+    return [(KV_DTYPE, fp8)] if fp8 is not None and isinstance(kv, str) and not kv.startswith("fp8") else []
 
 
 def lookup(repairs: RepairLookup | None, signature: str | None, text: str = "") -> Sequence[tuple[str, Any]]:

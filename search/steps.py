@@ -7,7 +7,7 @@ should be dropped unrun. docs/search.md describes the rules; the crash catalog's
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -15,11 +15,13 @@ from tunectl.search import finalists as fin
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
 from tunectl.search.repair import (
     RepairLookup,
+    drives,
     log_hints,
     lookup,
     oom_bounds,
     oom_veto_bounds,
     pool_bounds,
+    pool_relief,
     repaired_configs,
 )
 from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
@@ -27,7 +29,7 @@ from tunectl.search.space import baseline_params, config_key
 from tunectl.search.surrogate import History, Surrogate, startup_risk
 
 from tunectl import knobs
-from tunectl.models import ladder_steps
+from tunectl.models import LOWER, RAISE, ladder_steps
 from tunectl.profile import Profile
 
 # A startup crash is repaired when the value model rates its config at least this share of the incumbent's value.
@@ -76,6 +78,27 @@ def outpaced(t: FrozenTrial, incumbent: FrozenTrial | None) -> bool:
     mine, theirs = level_values(t), level_values(incumbent)
     top = max(mine, key=lambda k: k[1], default=None)
     return top is not None and mine[top] > theirs.get(top, incumbent.values[0])
+
+
+def lost_moves(done: list[FrozenTrial]) -> set[tuple[str, Any]]:
+    """Soft-evidence moves that already lost: (knob, RAISE | LOWER | value) of a repair step whose config served
+    the whole ladder below the served config it changed. A log hint or the KV-pressure repair that did not pay
+    from one incumbent is not proposed again from the next (lowering max-running to what the pool holds, when
+    the retractions it avoids cost less than the cap does)."""
+    by_number = {t.number: t for t in done}
+    out: set[tuple[str, Any]] = set()
+    for t in done:
+        parent = by_number.get(t.user_attrs.get("repair_of"))      # type: ignore[arg-type]
+        if (t.user_attrs.get("proposed_by") != "repair" or parent is None or outcome(parent) != "ok"
+                or outcome(t) != "ok" or t.values[0] >= (1.0 - FLAT) * parent.values[0]):
+            continue
+        for k in set(t.params) & set(parent.params):
+            was, now = parent.params[k], t.params[k]
+            if was == now:
+                continue
+            ordered = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (was, now))
+            out.add((k, (RAISE if now > was else LOWER) if ordered else now))
+    return out
 
 
 def improved(done: list[FrozenTrial]) -> bool:
@@ -221,8 +244,10 @@ class Steps:
         top = max((st.concurrency for st in ladder_steps(incumbent.user_attrs.get("ladder")) if st.status == "ok"),
                   default=0) if incumbent is not None else 0
         wl = self.prof.bench.workloads[0]
+        lost = lost_moves(done)
         if incumbent is not None and facts.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
-            out.append((incumbent, lookup(self.repairs, KV_PRESSURE), pool_bounds(facts, wl.input_len + wl.output_len)))
+            fixes = [*pool_relief(self.prof.search, dict(incumbent.params)), *lookup(self.repairs, KV_PRESSURE)]
+            out.append((incumbent, self._unlost(fixes, lost), pool_bounds(facts, wl.input_len + wl.output_len)))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
         if crashed and incumbent is not None and incumbent.values:
             model = Surrogate(self.prof.search, history(done, self.seen(done)))
@@ -234,8 +259,14 @@ class Steps:
             flags = knobs.merge(self.prof, dict(incumbent.params))[0]
             for fixes, bounds in log_hints(self.prof.search, dict(incumbent.params), flags, facts,
                                            wl.input_len + wl.output_len):
-                out.append((incumbent, fixes, bounds))
+                out.append((incumbent, self._unlost(fixes, lost), bounds))
         return out
+
+    def _unlost(self, fixes: Sequence[tuple[str, Any]], lost: set[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Soft-evidence repairs less the moves that already lost (`lost_moves`)."""
+        space = self.prof.search.space
+        return [(target, change) for target, change in fixes
+                if not any(drives(name, spec, target) and (name, change) in lost for name, spec in space.items())]
 
     def _fixes(self, t: FrozenTrial) -> Any:
         return lookup(self.repairs, t.user_attrs.get("crash_signature"), str(t.user_attrs.get("crash_exception", "")))

@@ -26,10 +26,9 @@ class LevelOutcome:
     duration_s: float = 0.0
     mean_ttft_ms: float = 0.0
     p99_ttft_ms: float = 0.0
-    # the level's largest decode batch as the server logs it: its size, whether it ran as a CUDA graph, the queue
-    peak_bs: int = 0
-    peak_graph: bool = False
-    peak_queue: int = 0
+    # decode batches as the server logs them (sim/transcript.py): the level's largest, then the one with the
+    # fullest KV pool; each (running requests, ran as a CUDA graph, queued requests, KV tokens in use, pool share)
+    decode: list[tuple[int, bool, int, int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -140,7 +139,8 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
         send(todo.pop())
     total = sum(len(x) for x in convs)
     done: list[Req] = []
-    peak: tuple[int, bool, int] = (0, False, 0)
+    peak: tuple[int, bool, int, int, float] | None = None
+    full: tuple[int, bool, int, int, float] | None = None
     while len(done) < total:
         step = sched.next_step()
         if step is None:
@@ -150,8 +150,12 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
         now += step.ms / 1000.0
         if step.crash is not None:
             return LevelOutcome(c, None, len(done), now - start), step.crash
-        if step.kind == "decode" and step.bs > peak[0]:
-            peak = (step.bs, step.graph, len(sched.waiting))
+        if step.kind == "decode":
+            snap = (step.bs, step.graph, len(sched.waiting), sched.kv_used, sched.kv_used / max(1, setup.kv_tokens))
+            if peak is None or step.bs > peak[0]:
+                peak = snap
+            if full is None or snap[3] >= full[3]:
+                full = snap
         for r in step.joined:
             r.first_token_t = now if r.first_token_t is None else r.first_token_t
         for r in step.finished:
@@ -164,8 +168,9 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
     ttfts = sorted((r.first_token_t or 0.0) - r.arrival for r in done)
     p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0
     tput = sum(r.output_len for r in done) / dur
+    decode = [x for x in (peak, full) if x is not None]
     return LevelOutcome(c, tput, len(done), dur, 1000 * sum(ttfts) / max(1, len(ttfts)), 1000 * p99,
-                        *peak), None
+                        decode[:1] if full == peak else decode), None
 
 
 def _watchdog_text(setup: Setup) -> str:

@@ -1,7 +1,7 @@
 """The server log a virtual run would have written: the stand-in's own lines, without processes or clocks.
 
 `transcript(setup, ladder)` renders what the live stand-in logs for the same setup and outcome (startup milestones,
-the pool line, a decode line per level (its largest batch), KV retractions, a crash's traceback and death
+the pool line, decode lines per level (its largest batch and its fullest KV pool), KV retractions, a crash's traceback and death
 lines), so the virtual path reads crashes and facts with the same classifier and log watcher as a live trial.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ from tunectl.sim.phases import ready_line, startup_script
 from tunectl.sim.setup import Setup
 
 PID = 4242
-# one decode line per level: its largest batch, as the live stand-in (sim/engine.py) and SGLang log each batch
-DECODE_LINE = ("Decode batch, #running-req: {bs}, #token: 0, token usage: 0.00, cuda graph: {graph}, "
+# decode lines per level (its largest batch, its fullest KV pool), as the live stand-in (sim/engine.py) and SGLang
+# log each batch
+DECODE_LINE = ("Decode batch, #running-req: {bs}, #token: {tokens}, token usage: {usage:.2f}, cuda graph: {graph}, "
                "gen throughput (token/s): {tput:.2f}, #queue-req: {queue}")
 
 
@@ -32,9 +33,9 @@ def transcript(setup: Setup, ladder: VirtualLadder) -> str:
     log(ready_line(setup), rank=True)
     log("The server is fired up and ready to roll!")
     for lv in ladder.levels:
-        if lv.output_throughput is not None and lv.peak_bs:
-            log(DECODE_LINE.format(bs=lv.peak_bs, graph=lv.peak_graph, tput=lv.output_throughput,
-                                   queue=lv.peak_queue), rank=True)
+        for bs, graph, queue, tokens, usage in (lv.decode if lv.output_throughput is not None else ()):
+            log(DECODE_LINE.format(bs=bs, graph=graph, tput=lv.output_throughput, queue=queue, tokens=tokens,
+                                   usage=usage), rank=True)
     if ladder.retractions:
         log(RETRACT.format(n=ladder.retractions, a=setup.card.admission.new_token_ratio, b=1.0), rank=True)
     if ladder.crash is not None:

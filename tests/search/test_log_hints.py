@@ -105,3 +105,62 @@ def test_a_baseline_whose_big_batches_ran_without_graphs_gets_its_graphs_raised_
     changed = {k: v for k, v in hint.params.items() if base.params.get(k) != v}
     assert list(changed) == ["cuda-graph-max-bs"] and changed["cuda-graph-max-bs"] >= missed
     assert hint.values[0] > base.values[0]
+
+
+POOL_FULL_LINE = ("[2026-12-02 16:20:07] Decode batch, #running-req: 417, #token: 610000, token usage: 0.95, "
+                  "cuda graph: True, gen throughput (token/s): 5120.31, #queue-req: 95")
+RAMP_LINE = ("[2026-12-02 16:20:01] Decode batch, #running-req: 300, #token: 120000, token usage: 0.19, "
+             "cuda graph: True, gen throughput (token/s): 2048.00, #queue-req: 200")
+
+
+def facts_of_lines(*lines: str) -> dict[str, float]:
+    w = LogWatcher()
+    w.feed("".join(line + "\n" for line in lines).encode(), 0.0)
+    w.flush(0.0)
+    return w.facts
+
+
+def test_a_full_kv_pool_holding_requests_back_is_read_from_the_decode_lines() -> None:
+    """SGLang's decode line carries `token usage` (the pool's share in use): requests queued with the pool full
+    is the pool holding them back; requests queued with the pool nearly empty are a level's ramp (prefill)."""
+    assert facts_of_lines(RAMP_LINE, POOL_FULL_LINE)["decode_queue_pool_full"] == 95
+    assert "decode_queue_pool_full" not in facts_of_lines(RAMP_LINE)
+    # the real 0.5.17 logs: queues (256 at the cap), but the tiny model's pool never past 1%
+    for log in (LOGS / "server-graphs-on.log", LOGS / "h200-tunectl" / "sweep-both-clients.log"):
+        assert "decode_queue_pool_full" not in facts_of(log)
+
+
+def test_a_full_pool_asks_for_fp8_kv_then_a_larger_pool() -> None:
+    prof = load_profile(PROFILE)
+    params = {"disable-cuda-graph": False, "cuda-graph-max-bs": 512, "max-running-requests": 1024,
+              "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto",
+              "attention-backend": "fa3"}
+    tokens = prof.bench.workloads[0].input_len + prof.bench.workloads[0].output_len
+    facts = facts_of_lines(POOL_FULL_LINE)
+
+    def moves(p: dict) -> list[dict]:
+        return [m for fixes, bounds in log_hints(prof.search, p, knobs.merge(prof, p)[0], facts, tokens)
+                for m in repair_moves(prof.search, p, fixes, bounds)]
+
+    (fp8, larger) = moves(params)
+    assert fp8 == {"kv-cache-dtype": "fp8_e4m3"}
+    assert list(larger) == ["mem-fraction-static"] and larger["mem-fraction-static"] > 0.88
+    assert moves({**params, "kv-cache-dtype": "fp8_e4m3"}) == [larger]       # already FP8: the pool's size only
+    facts = facts_of_lines(RAMP_LINE)                                         # queued while prefilling: nothing
+    assert moves(params) == []
+
+
+def test_a_baseline_whose_kv_pool_was_full_gets_fp8_kv_next(tmp_path: Path) -> None:
+    """The L40S card: weights fill two thirds of the GPU and SGLang's default BF16 pool holds fewer requests than
+    the ladder sends. The baseline's own log shows the pool full with requests queued (and retracted); the loop's
+    first own step is the baseline with an FP8 KV cache alone, and it serves more."""
+    prof = load_profile(ROOT / "profiles" / "sim-qwen3-30b-a3b-l40s.yaml")
+    prof.search.finalists.top_k = 0
+    out = run_search(prof, trials=5, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    trials = search_trials(out.storage, prof.name)
+    base = trials[0]
+    assert base.user_attrs["server_facts"]["decode_queue_pool_full"] > 0 and base.params["kv-cache-dtype"] == "auto"
+    step = next(t for t in trials if t.user_attrs.get("proposed_by") == "repair")
+    assert step.user_attrs["repair_of"] == base.number
+    assert {k: v for k, v in step.params.items() if base.params.get(k) != v} == {"kv-cache-dtype": "fp8_e4m3"}
+    assert step.values[0] > base.values[0]

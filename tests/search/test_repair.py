@@ -277,3 +277,34 @@ def test_a_startup_phase_past_its_deadline_is_repaired_by_the_catalog(tmp_path: 
     assert repair.user_attrs["proposed_by"] == "repair" and repair.user_attrs["repair_of"] == crashed.number
     changed = {k: v for k, v in repair.params.items() if crashed.params.get(k) != v}
     assert changed == {"disable-flashinfer-autotune": True} and "crash_class" not in repair.user_attrs
+
+
+def test_a_soft_move_that_lost_is_not_proposed_again_from_the_next_incumbent() -> None:
+    """Lowering max-running-requests to what the KV pool holds (the retraction repair) served less than the config
+    it changed: from the next incumbent the loop does not propose that move again; a crash's own repairs, and moves
+    that did not lose, stay."""
+    import random
+
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from tunectl.search.steps import Steps, lost_moves
+
+    dists = {"max-running-requests": CategoricalDistribution([256, 512, 1024, 2048]),
+             "kv-cache-dtype": CategoricalDistribution(["auto", "fp8_e4m3"])}
+
+    def trial(n: int, value: float, attrs: dict, **params) -> optuna.trial.FrozenTrial:
+        t = create_trial(params=params, distributions={k: dists[k] for k in params}, value=value,
+                         user_attrs={"role": "search", **attrs})
+        t.number = n
+        return t
+
+    base = trial(0, 100.0, {}, **{"max-running-requests": 2048, "kv-cache-dtype": "auto"})
+    lowered = trial(1, 90.0, {"proposed_by": "repair", "repair_of": 0},
+                    **{"max-running-requests": 512, "kv-cache-dtype": "auto"})
+    fp8 = trial(2, 120.0, {"proposed_by": "repair", "repair_of": 0},
+                **{"max-running-requests": 2048, "kv-cache-dtype": "fp8_e4m3"})
+    assert lost_moves([base, lowered, fp8]) == {("max-running-requests", LOWER)}
+    steps = Steps(sim_profile(), crashes.repairs_for, random.Random(0))
+    fixes = [("max-running-requests", LOWER), ("mem-fraction-static", RAISE), ("max-running-requests", RAISE)]
+    assert steps._unlost(fixes, lost_moves([base, lowered, fp8])) == fixes[1:]

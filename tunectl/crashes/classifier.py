@@ -71,6 +71,10 @@ _FREE_GB = re.compile(r"available_gpu_mem=([\d.]+) GB")
 _RETRACTED = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
 _GEN_RATE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 _DECODE_STATE = re.compile(r"#running-req: (\d+),.*cuda graph: (True|False)\b.*#queue-req: (\d+)")
+_TOKEN_USAGE = re.compile(r"token usage: ([\d.]+)")
+# A decode batch with requests queued and the KV pool at least this full: the pool held them back (during a level's
+# ramp the queue waits for prefill with the pool nearly empty).
+POOL_FULL = 0.85
 _EXIT_CRASH = {137, -9, 134, -6, 139, -11, 1}
 
 
@@ -280,7 +284,8 @@ class LogWatcher:
         """What the decode lines say about the batch: the largest one (`decode_bs_max`), the largest that ran
         without a CUDA graph (`decode_bs_nograph_max`: with graphs on, a batch above the captured sizes), and the
         longest queue while the running batch stood at the server's `max_running_requests` (`decode_queue_at_cap`:
-        admission, not the KV pool, held requests back)."""
+        admission, not the KV pool, held requests back), and the longest while the KV pool was full
+        (`decode_queue_pool_full`: token usage >= POOL_FULL; the pool held them back, whatever the cap)."""
         m = _DECODE_STATE.search(line)
         if not m:
             return
@@ -292,6 +297,9 @@ class LogWatcher:
         cap = f.get("max_running_requests")
         if cap and bs >= cap and queue:
             f["decode_queue_at_cap"] = max(f.get("decode_queue_at_cap", 0), queue)
+        usage = _TOKEN_USAGE.search(line)
+        if queue and usage and float(usage.group(1)) >= POOL_FULL:
+            f["decode_queue_pool_full"] = max(f.get("decode_queue_pool_full", 0), queue)
 
     def text(self) -> str:
         """The crash evidence kept so far: context before the first death line, and everything after."""
