@@ -39,17 +39,21 @@ def test_real_decode_lines_show_a_batch_above_the_captured_graphs_and_a_queue_at
     assert "decode_bs_nograph_max" not in capped
 
 
-def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
-    prof = load_profile(PROFILE)
-    params = {"disable-cuda-graph": False, "cuda-graph-max-bs": 64, "max-running-requests": 256,
-              "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto",
-              "attention-backend": "fa3"}
-    tokens = prof.bench.workloads[0].input_len + prof.bench.workloads[0].output_len
+PARAMS = {"disable-cuda-graph": False, "cuda-graph-max-bs": 64, "max-running-requests": 256,
+          "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto", "attention-backend": "fa3"}
 
-    def moves(facts: dict[str, float], p: dict) -> list[dict]:
-        flags = knobs.merge(prof, p)[0]
-        return [m for fixes, bounds in log_hints(prof.search, p, flags, facts, tokens)
-                for m in repair_moves(prof.search, p, fixes, bounds)]
+
+def hint_moves(facts: dict[str, float], p: dict) -> list[dict]:
+    """The one-knob moves the 8B profile's log hints make of these facts for config `p`."""
+    prof = load_profile(PROFILE)
+    tokens = prof.bench.workloads[0].input_len + prof.bench.workloads[0].output_len
+    return [m for fixes, bounds in log_hints(prof.search, p, knobs.merge(prof, p)[0], facts, tokens)
+            for m in repair_moves(prof.search, p, fixes, bounds)]
+
+
+def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
+    params, moves = PARAMS, hint_moves
+    wl = load_profile(PROFILE).bench.workloads[0]
 
     # 235 uncovered: the smallest captured size that holds it, not one step (128)
     assert moves(facts_of(LOGS / "server-graphs-on.log"), params) == [{"cuda-graph-max-bs": 256}]
@@ -63,7 +67,7 @@ def test_the_hints_become_one_knob_moves_as_far_as_the_log_says() -> None:
     # the KV pool already sent requests back: the cap is not what held them
     assert moves({**capped, "retracted_reqs": 40}, params) == []
     # a pool that holds no more requests than run now: no raise
-    assert moves({**capped, "max_total_num_tokens": 256 * tokens}, params) == []
+    assert moves({**capped, "max_total_num_tokens": 256 * (wl.input_len + wl.output_len)}, params) == []
 
 
 def test_graphs_switched_on_cover_the_batch_the_log_showed_not_the_baseline_max_bs() -> None:
@@ -131,23 +135,13 @@ def test_a_full_kv_pool_holding_requests_back_is_read_from_the_decode_lines() ->
 
 
 def test_a_full_pool_asks_for_fp8_kv_then_a_larger_pool() -> None:
-    prof = load_profile(PROFILE)
-    params = {"disable-cuda-graph": False, "cuda-graph-max-bs": 512, "max-running-requests": 1024,
-              "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto",
-              "attention-backend": "fa3"}
-    tokens = prof.bench.workloads[0].input_len + prof.bench.workloads[0].output_len
-    facts = facts_of_lines(POOL_FULL_LINE)
-
-    def moves(p: dict) -> list[dict]:
-        return [m for fixes, bounds in log_hints(prof.search, p, knobs.merge(prof, p)[0], facts, tokens)
-                for m in repair_moves(prof.search, p, fixes, bounds)]
-
-    (fp8, larger) = moves(params)
+    params = {**PARAMS, "cuda-graph-max-bs": 512, "max-running-requests": 1024}
+    full = facts_of_lines(POOL_FULL_LINE)
+    (fp8, larger) = hint_moves(full, params)
     assert fp8 == {"kv-cache-dtype": "fp8_e4m3"}
     assert list(larger) == ["mem-fraction-static"] and larger["mem-fraction-static"] > 0.88
-    assert moves({**params, "kv-cache-dtype": "fp8_e4m3"}) == [larger]       # already FP8: the pool's size only
-    facts = facts_of_lines(RAMP_LINE)                                         # queued while prefilling: nothing
-    assert moves(params) == []
+    assert hint_moves(full, {**params, "kv-cache-dtype": "fp8_e4m3"}) == [larger]   # FP8 already: a larger pool
+    assert hint_moves(facts_of_lines(RAMP_LINE), params) == []                      # queued while prefilling
 
 
 def test_a_baseline_whose_kv_pool_was_full_gets_fp8_kv_next(tmp_path: Path) -> None:
