@@ -1,6 +1,6 @@
 """Which proposals will crash like a config already seen: the vetoes that keep the budget off crashing configs.
 
-Two rules, both read from the study's own crashes; a proposal they flag is never run (no budget used):
+Three rules, all read from the study's own crashes; a proposal they flag is never run (no budget used):
 
 - **Keeps the crash** (`keeps_crash`): the crash's signature has catalog repairs the space can express, and the
   proposal applies none of them: each repair knob is where the crashed config had it, or further the wrong way
@@ -12,11 +12,16 @@ Two rules, both read from the study's own crashes; a proposal they flag is never
   (a baseline capped at 64 running requests never reaches the batches that crash, so it refutes nothing).
 - **Unexplained startup crash** (`suspects`): a startup crash the catalog has no repairs for; the knob values of
   the crashed config that no config that started has ever had, only its choices (strings, booleans) where it has
-  new ones: a backend the hardware lacks, not the new mem fraction it happened to run with. A proposal with all
-  of them is flagged.
+  new ones: a backend the hardware lacks, not the new mem fraction it happened to run with; of those, the ones its
+  exception names where it names some. A proposal with all of them is flagged.
+- **Memory ceiling** (`memory_ceiling`): two startup OOMs (crashes whose repairs lower the mem fraction) at or
+  below the proposal's mem fraction, and no config at or above it ever started. The first rule lets a config
+  that crashed at 0.94 with graphs to 512 be tried at 0.94 with graphs to 256 (it applies a repair); after the
+  second OOM at that height the fraction itself is the lead.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,7 @@ class Seen:
     crash_level: int | None = None
     number: int = -1
     bounds: dict[str, float] = field(default_factory=dict)   # how far a repair target must move (an OOM's size)
+    exception: str = ""                             # the crash's exception line
 
 
 def keeps_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen) -> bool:
@@ -85,15 +91,49 @@ def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen]) -> bool:
 def suspects(crashed: Seen, seen: list[Seen]) -> dict[str, Any]:
     """The crashed config's values no started config had. Where some of them are choices (a backend, a runner, a
     dtype, a switch: strings and booleans), only those: a crash the catalog cannot explain is a missing kernel or an
-    unsupported combination, not a number (numbers crash with OOMs and timeouts, which the catalog repairs)."""
+    unsupported combination, not a number (numbers crash with OOMs and timeouts, which the catalog repairs). Where
+    the exception names some of those choices ("flashinfer_cutlass MoE runner ... requires SM90"), only those: a
+    config that ran a new runner and a new attention backend at once crashed for the one its message names."""
     started = [s.params for s in seen if s.crash_phase != "startup"]
     new = {k: v for k, v in crashed.params.items() if all(p.get(k) != v for p in started)}
     choices = {k: v for k, v in new.items() if isinstance(v, (str, bool))}
-    return choices or new
+    named = {k: v for k, v in choices.items() if isinstance(v, str) and named_in(v, crashed.exception)}
+    return named or choices or new
+
+
+def named_in(value: str, text: str) -> bool:
+    """`value` appears in `text` as a whole name (not inside a longer one: flashinfer is not in flashinfer_cutlass)."""
+    return bool(value) and re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text) is not None
+
+
+MEM_FRACTION = "mem-fraction-static"
+
+
+def memory_ceiling(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:
+    """The proposal's mem fraction is at or above two startup crashes whose repairs lower it (OOMs), and no config
+    at or above it has ever started: the last such crash."""
+    name = next((n for n, spec in search.space.items() if drives(n, spec, MEM_FRACTION)), None)
+    mine = params.get(name) if name else None
+    if not isinstance(mine, (int, float)):
+        return None
+    ooms, started = [], False
+    for s in seen:
+        theirs = s.params.get(name)
+        if not isinstance(theirs, (int, float)):
+            continue
+        if s.crash_phase == "startup" and (MEM_FRACTION, LOWER) in [(t.replace("_", "-"), c) for t, c in s.fixes]:
+            if theirs <= mine + 1e-9:
+                ooms.append(s)
+        elif theirs >= mine - 1e-9:
+            started = True
+    return ooms[-1] if len(ooms) >= 2 and not started else None
 
 
 def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:
     """The finished crash this proposal would repeat, if a rule says so."""
+    hit = memory_ceiling(search, params, seen)
+    if hit is not None:
+        return hit
     for crashed in seen:
         if crashed.crash_phase is None:
             continue

@@ -291,5 +291,5 @@ class Steps:
             exc = str(a.get("crash_exception", ""))
             bounds = oom_veto_bounds(exc, dict(t.params), self.prof.search) if phase == "startup" else {}
             out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in level_values(t).items()},
-                            a.get("crash_level"), t.number, bounds))
+                            a.get("crash_level"), t.number, bounds, exc))
         return out

@@ -183,14 +183,16 @@ def test_no_run_config_keeps_a_startup_crash_seen_before(tmp_path: Path) -> None
     prof = make_profile(search__finalists={"top_k": 0, "reruns": 0})
     out = run_search(prof, trials=30, root=tmp_path, evaluate=VirtualEvaluator(prof, 1), seed=1)
     trials = search_trials(out.storage, prof.name)
-    crashed: list[Seen] = []
+    seen: list[Seen] = []           # the startup crashes, and the configs that started (they refute and lift)
     for t in trials:
         if t.user_attrs.get("proposed_by") != "profile" and t.user_attrs.get("role") != "baseline":
-            assert predicted_crash(prof.search, t.params, [s for s in crashed if s.crash_phase == "startup"]) \
-                is None, f"trial {t.number} repeats a startup crash"
+            assert predicted_crash(prof.search, t.params, seen) is None, f"trial {t.number} repeats a startup crash"
         if t.user_attrs.get("crash_phase") == "startup":
-            crashed.append(Seen(dict(t.params), "startup", crashes.repairs_for(
-                t.user_attrs["crash_signature"], t.user_attrs.get("crash_exception", ""))))
+            exc = t.user_attrs.get("crash_exception", "")
+            seen.append(Seen(dict(t.params), "startup", crashes.repairs_for(t.user_attrs["crash_signature"], exc),
+                             exception=exc))
+        else:
+            seen.append(Seen(dict(t.params)))
     study = optuna.load_study(study_name=prof.name, storage=out.storage)
     vetoed = [t for t in study.trials if "vetoed" in t.user_attrs]
     assert all(t.state == TrialState.FAIL for t in vetoed)              # never run, never counted
@@ -308,3 +310,44 @@ def test_a_soft_move_that_lost_is_not_proposed_again_from_the_next_incumbent() -
     steps = Steps(sim_profile(), crashes.repairs_for, random.Random(0))
     fixes = [("max-running-requests", LOWER), ("mem-fraction-static", RAISE), ("max-running-requests", RAISE)]
     assert steps._unlost(fixes, lost_moves([base, lowered, fp8])) == fixes[1:]
+
+
+def test_two_startup_ooms_at_or_below_a_mem_fraction_no_config_started_at_veto_it() -> None:
+    """Graph capture ran out of memory at 0.91 and at 0.94 with different graph sizes (each a repair of the other
+    by the first rule), and nothing ever started at 0.94: a third config at 0.94 is vetoed, whatever its graphs.
+    One OOM is not enough (it is repaired, not banned), and a config that started at 0.94 lifts the ceiling."""
+    from tunectl.search.foresight import memory_ceiling
+
+    prof = load_profile(ROOT / "profiles" / "sim-qwen3-30b-a3b-l40s.yaml")
+    fixes = crashes.repairs_for("capture_cuda_graph_failed")
+    assert ("mem-fraction-static", LOWER) in fixes
+    base = baseline_params(prof)
+    served = Seen({**base, "mem-fraction-static": 0.88})
+    first = Seen({**base, "mem-fraction-static": 0.91, "cuda-graph-max-bs": 512}, "startup", fixes)
+    second = Seen({**base, "mem-fraction-static": 0.94, "cuda-graph-max-bs": 256}, "startup", fixes)
+    third = {**base, "mem-fraction-static": 0.94, "cuda-graph-max-bs": 64}
+    assert predicted_crash(prof.search, third, [served, first]) is None            # one OOM below: repaired
+    assert memory_ceiling(prof.search, third, [served, first, second]) is second
+    assert predicted_crash(prof.search, third, [served, first, second]) is second
+    assert predicted_crash(prof.search, {**third, "mem-fraction-static": 0.88}, [served, first, second]) is None
+    started = Seen({**base, "mem-fraction-static": 0.94, "cuda-graph-max-bs": 32})
+    assert memory_ceiling(prof.search, third, [served, first, second, started]) is None
+
+
+def test_an_unexplained_crash_is_blamed_on_the_choice_its_message_names() -> None:
+    """A config with a new MoE runner and a new attention backend crashed at startup, the message naming the runner:
+    the runner alone is a suspect (a proposal with it and a known attention backend is vetoed), the attention
+    backend is not (a proposal with it and a known runner runs)."""
+    prof = load_profile(ROOT / "profiles" / "sim-qwen3-30b-a3b-l40s.yaml")
+    base = baseline_params(prof)
+    served = Seen(dict(base))
+    crashed = Seen({**base, "moe-runner-backend": "flashinfer_cutlass", "attention-backend": "fa3"}, "startup", (),
+                   exception="RuntimeError: flashinfer_cutlass MoE runner with FP8 block scales requires SM90 or "
+                             "newer (got sm_89)")
+    assert predicted_crash(prof.search, {**base, "moe-runner-backend": "flashinfer_cutlass"},
+                           [served, crashed]) is crashed
+    assert predicted_crash(prof.search, {**base, "attention-backend": "fa3"}, [served, crashed]) is None
+    # a message naming neither: both together are the suspect, each alone runs
+    vague = Seen(crashed.params, "startup", (), exception="RuntimeError: CUDA error: no kernel image is available")
+    assert predicted_crash(prof.search, {**base, "moe-runner-backend": "flashinfer_cutlass"}, [served, vague]) is None
+    assert predicted_crash(prof.search, crashed.params, [served, vague]) is vague
