@@ -10,8 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from tunectl import redact
+from tunectl.errors import TunectlError
 from tunectl.models import LevelResult, TrialResult
+from tunectl.objective import score
+from tunectl.profile import Profile
 from tunectl.stats import Interval, compare, gain, pooled, spread
 from tunectl.store import StudyStore, read_json
 
@@ -96,10 +101,24 @@ def peak_level(t: TrialResult) -> LevelResult | None:
     return max(t.stable_levels, key=lambda lv: lv.output_throughput, default=None)
 
 
-def rank_trials(trials: list[TrialResult]) -> list[TrialResult]:
-    """Trials with at least one stable level, best output throughput first."""
+def study_profile(data: StudyData) -> Profile | None:
+    """The profile the study ran with (study.json), or None where it is missing or no longer valid."""
+    try:
+        return Profile.model_validate(data.study.get("profile") or {})
+    except (ValidationError, ValueError, TypeError, TunectlError):
+        return None
+
+
+def rank_trials(trials: list[TrialResult], prof: Profile | None = None) -> list[TrialResult]:
+    """Trials with at least one stable level, the best first: by the study's objective where its profile is known
+    (the value the search maximized: an SLO met before one missed, the weighted sum over workloads, the capacity),
+    else by the peak output throughput."""
     ranked = [t for t in trials if t.stable_levels]
-    return sorted(ranked, key=lambda t: (-t.best_output_throughput, t.trial))
+    if prof is None:
+        return sorted(ranked, key=lambda t: (-t.best_output_throughput, t.trial))
+    scores = {t.trial: score(t, prof) for t in ranked}
+    return sorted(ranked, key=lambda t: (scores[t.trial].slo > 0, -scores[t.trial].value,
+                                         -t.best_output_throughput, t.trial))
 
 
 def best_info(data: StudyData) -> dict[str, Any]:
@@ -115,7 +134,7 @@ def best_trial(data: StudyData) -> TrialResult | None:
     by_num = {t.trial: t for t in data.trials}
     if best_info(data).get("trial") in by_num:
         return by_num[best_info(data)["trial"]]
-    ok = [t for t in rank_trials(data.trials) if t.status == "ok"]
+    ok = [t for t in rank_trials(data.trials, study_profile(data)) if t.status == "ok"]
     return ok[0] if ok else None
 
 
@@ -273,11 +292,11 @@ def _label(t: TrialResult) -> str:
     return f"#{t.trial} {t.role}" + ("" if t.status == "ok" else f" ({t.status})")
 
 
-def top_trials(trials: list[TrialResult], top: int = 5) -> list[TrialResult]:
-    """The top configs by throughput (one per params: reruns collapse), plus the baseline."""
+def top_trials(trials: list[TrialResult], top: int = 5, prof: Profile | None = None) -> list[TrialResult]:
+    """The top configs by the objective (`rank_trials`; one per params: reruns collapse), plus the baseline."""
     chosen: list[TrialResult] = []
     seen: set[str] = set()
-    for t in rank_trials(trials):
+    for t in rank_trials(trials, prof):
         key = repr(sorted(t.params.items()))
         if key not in seen and len(chosen) < top:
             chosen.append(t)
@@ -300,7 +319,8 @@ def curve(t: TrialResult) -> dict[str, Any]:
 
 
 def throughput_curves(data: StudyData, top: int = 5) -> dict[str, Any]:
-    return {"curves": [curve(t) for t in top_trials(data.trials, top)], "reference": data.reference}
+    return {"curves": [curve(t) for t in top_trials(data.trials, top, study_profile(data))],
+            "reference": data.reference}
 
 
 def history(trials: list[TrialResult]) -> list[dict[str, Any]]:

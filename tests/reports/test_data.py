@@ -260,3 +260,31 @@ def test_the_winners_patch_is_in_the_summary_and_the_differing_flags(data):
     row = next(r for r in flag_diff(data) if r["flag"] == "patch flashinfer-cutlass-autotune")
     assert row["best"] is True and row["baseline"] is None
     assert "patches: flashinfer-cutlass-autotune" in render(compute(data))
+
+
+def test_the_ranking_follows_the_studys_objective_not_the_peak(tmp_path):
+    """With an SLO on p99 TTFT, a config whose peak misses it ranks below one that meets it at a lower peak (the
+    order the search told its sampler): the winner without best.json and the first curve are the SLO's."""
+    from tests.reports.fixtures import make_trial, profile_dict, write_trial
+    from tunectl.models import LevelResult
+    from tunectl.reports.data import rank_trials, study_profile
+
+    store = StudyStore("slo-study", tmp_path)
+    store.write_study({"kind": "search", "profile": {**profile_dict("slo-study"),
+                                                     "objective": {"slo": {"p99_ttft_ms": 2000}}}})
+    for n, points in ((1, [(64, 900.0, 800.0), (256, 1500.0, 5000.0)]),     # its peak misses the SLO
+                      (2, [(64, 1000.0, 600.0), (256, 1200.0, 1800.0)])):   # lower peak, meets it
+        t = make_trial(n, "search", "ok", {"max-running-requests": 64 * n}, 1000.0, None, None)
+        t.levels = [LevelResult(concurrency=c, status="ok", completed=2 * c, duration_s=30.0,
+                                metrics={"output_throughput": tp, "p99_ttft_ms": ttft}) for c, tp, ttft in points]
+        write_trial(store, t)
+    data = load_study(store)
+    prof = study_profile(data)
+    assert prof is not None and prof.objective.slo == {"p99_ttft_ms": 2000}
+    assert [t.trial for t in rank_trials(data.trials, prof)] == [2, 1]
+    assert [t.trial for t in rank_trials(data.trials)] == [1, 2]                  # by the peak alone
+    assert best_trial(data).trial == 2
+    assert throughput_curves(data)["curves"][0]["trial"] == 2
+    # a study.json whose profile no longer validates: the peak decides, nothing fails
+    store.write_study({"kind": "search", "profile": {"name": "slo-study", "objective": {"slo": {"bogus": 1}}}})
+    assert best_trial(load_study(store)).trial == 1
