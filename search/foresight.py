@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.search.repair import LOWER, RAISE, drives
+from tunectl.search.repair import LOWER, MEM_FRACTION, RAISE, drives, knob_value
 
 from tunectl.profile import SearchSpec
 
@@ -106,27 +106,22 @@ def named_in(value: str, text: str) -> bool:
     return bool(value) and re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text) is not None
 
 
-MEM_FRACTION = "mem-fraction-static"
-
-
 def memory_ceiling(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:
     """The proposal's mem fraction is at or above two startup crashes whose repairs lower it (OOMs), and no config
     at or above it has ever started: the last such crash."""
-    name = next((n for n, spec in search.space.items() if drives(n, spec, MEM_FRACTION)), None)
-    mine = params.get(name) if name else None
+    mine = knob_value(search, params, MEM_FRACTION)
     if not isinstance(mine, (int, float)):
         return None
-    ooms, started = [], False
+    ooms = []
     for s in seen:
-        theirs = s.params.get(name)
+        theirs = knob_value(search, s.params, MEM_FRACTION)
         if not isinstance(theirs, (int, float)):
             continue
-        if s.crash_phase == "startup" and (MEM_FRACTION, LOWER) in [(t.replace("_", "-"), c) for t, c in s.fixes]:
-            if theirs <= mine + 1e-9:
-                ooms.append(s)
-        elif theirs >= mine - 1e-9:
-            started = True
-    return ooms[-1] if len(ooms) >= 2 and not started else None
+        if s.crash_phase != "startup" and theirs >= mine - 1e-9:
+            return None                                 # a config this high started: no ceiling here
+        if s.crash_phase == "startup" and theirs <= mine + 1e-9 and (MEM_FRACTION, LOWER) in s.fixes:
+            ooms.append(s)
+    return ooms[-1] if len(ooms) >= 2 else None
 
 
 def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:

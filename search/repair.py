@@ -40,7 +40,7 @@ def _allowed(spec: ParamSpec, values: list[Any], value: Any) -> bool:
     return value in values
 
 
-def _numbers(values: list[Any]) -> bool:
+def numeric(values: Sequence[Any]) -> bool:
     """An ordered grid: numbers only (bools are not)."""
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
@@ -50,7 +50,7 @@ def repaired_value(spec: ParamSpec, values: list[Any], current: Any, change: Any
     `bound`: how far the direction must go at least (read from the server), else one grid step."""
     if change in (LOWER, RAISE):
         if current is None or spec.type == "bool" or spec.type == "categorical" and spec.choices is not None \
-                and not _numbers(values):
+                and not numeric(values):
             return None
         ordered = sorted(values)
         way = [v for v in ordered if v < current] if change == LOWER else [v for v in ordered if v > current]
@@ -92,7 +92,7 @@ def repaired_configs(search: SearchSpec, params: dict[str, Any], repairs: Sequen
         for name in [n for n in cand if n not in params and n not in move]:
             spec = search.space[name]
             bound = next((b for t, b in (bounds or {}).items() if drives(name, spec, t)), None)
-            if bound is not None and _numbers(grid[name]):
+            if bound is not None and numeric(grid[name]):
                 values = sorted(grid[name])
                 cand[name] = next((v for v in values if v >= bound), values[-1])
         out.append(cand)

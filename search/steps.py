@@ -18,6 +18,7 @@ from tunectl.search.repair import (
     drives,
     log_hints,
     lookup,
+    numeric,
     oom_bounds,
     oom_veto_bounds,
     pool_bounds,
@@ -96,8 +97,7 @@ def lost_moves(done: list[FrozenTrial]) -> set[tuple[str, Any]]:
             was, now = parent.params[k], t.params[k]
             if was == now:
                 continue
-            ordered = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (was, now))
-            out.add((k, (RAISE if now > was else LOWER) if ordered else now))
+            out.add((k, (RAISE if now > was else LOWER) if numeric((was, now)) else now))
     return out
 
 
