@@ -31,7 +31,7 @@ def distribution(spec: ParamSpec) -> BaseDistribution:
 
 
 def knob_order(space: dict[str, ParamSpec]) -> list[str]:
-    """Knobs in declaration order, each after the knobs its `when` refers to."""
+    """Knobs in declaration order, each after the knobs its conditions (`when`, or implied) refer to."""
     done: list[str] = []
 
     def visit(name: str, stack: tuple[str, ...]) -> None:
@@ -39,7 +39,7 @@ def knob_order(space: dict[str, ParamSpec]) -> list[str]:
             return
         if name in stack:
             raise ValueError(f"search.space.{name}.when: circular condition via {' -> '.join(stack)}")
-        for other in space[name].when:
+        for other in space[name].conditions:
             visit(other, (*stack, name))
         done.append(name)
 
@@ -55,7 +55,7 @@ def _matches(value: Any, wanted: Any) -> bool:
 
 
 def is_active(spec: ParamSpec, params: dict[str, Any]) -> bool:
-    return all(other in params and _matches(params[other], want) for other, want in spec.when.items())
+    return all(other in params and _matches(params[other], want) for other, want in spec.conditions.items())
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: SearchSpec) -> dict[str, Any]:
@@ -119,11 +119,18 @@ def baseline_params(prof: Profile) -> dict[str, Any]:
     return params
 
 
+def base_values(prof: Profile) -> dict[str, Any]:
+    """Every knob's base value (ParamSpec.default, else the base flag/patch/env), active in the baseline or not:
+    what a knob takes when a move makes it active (graphs switched on, a runner FlashInfer autotunes)."""
+    values = {name: _base_value(name, spec, prof) for name, spec in prof.search.space.items()}
+    return {**{k: v for k, v in values.items() if v is not None}, **baseline_params(prof)}
+
+
 def try_first_params(prof: Profile) -> list[dict[str, Any]]:
-    """The profile's `search.try_first` configs, each completed from the baseline; inactive knobs dropped."""
+    """The profile's `search.try_first` configs, each completed from the base values; inactive knobs dropped."""
     out = []
     for cfg in prof.search.try_first:
-        merged = {**baseline_params(prof), **cfg}
+        merged = {**base_values(prof), **cfg}
         params: dict[str, Any] = {}
         for name in knob_order(prof.search.space):
             if name in merged and is_active(prof.search.space[name], params):

@@ -26,7 +26,7 @@ from tunectl.search.repair import (
     repaired_configs,
 )
 from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
-from tunectl.search.space import baseline_params, config_key
+from tunectl.search.space import base_values, config_key
 from tunectl.search.surrogate import History, Surrogate, startup_risk
 
 from tunectl import knobs
@@ -186,7 +186,7 @@ class Steps:
         best = fin.candidates(done)
         if not best:
             return None
-        cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, baseline_params(self.prof),
+        cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, base_values(self.prof),
                            history(done, known), self._excluded(known), flat_knobs(best[0], done))
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
@@ -220,7 +220,7 @@ class Steps:
         configs they repair; parallel trials) counted, and none for a config whose repair is in flight."""
         best = fin.candidates(done)
         fixed = {t.user_attrs.get("repair_of") for t in best} | set(pending)
-        base = baseline_params(self.prof)
+        base = base_values(self.prof)
         counts, by_number = repair_counts(done), {t.number: t for t in done}
         for n in pending:
             if n in by_number:

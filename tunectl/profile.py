@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from tunectl.objective import Capacity, Objective, Reference
 from tunectl.redact import SECRET_FLAGS
@@ -122,6 +122,16 @@ class ParamSpec(Strict):
     step: float | None = None
     when: dict[str, Any] = Field(default_factory=dict)   # only sampled when these knobs have these values
     default: Any = None                                   # value in the baseline (trial 0); None = base flags
+    # the `when:` SGLang's source implies where the profile wrote none (tunectl/scopes.py; not part of the YAML)
+    _implied: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def conditions(self) -> dict[str, Any]:
+        """When the knob is active: the profile's `when:`, else the condition its flag's scope implies."""
+        return self.when if "when" in self.model_fields_set else self._implied
+
+    def set_implied(self, when: dict[str, Any]) -> None:
+        self._implied = dict(when)
 
     @model_validator(mode="after")
     def _check(self) -> ParamSpec:
@@ -271,6 +281,13 @@ class Profile(Strict):
                 raise ValueError("give host: (one host) or hosts: (several), not both")
             data = {**data, "host": data["hosts"][0]}
         return data
+
+    @model_validator(mode="after")
+    def _implied_conditions(self) -> Profile:
+        from tunectl import scopes
+
+        scopes.apply(self)
+        return self
 
     @model_validator(mode="after")
     def _default_python(self) -> Profile:

@@ -1,0 +1,88 @@
+"""Where a flag has any effect (tunectl/scopes.py): a knob outside its flag's scope, read from SGLang's source, is
+inactive there, as under a `when:` the profile wrote, and takes its baseline value when a move brings it in."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import optuna
+
+from tunectl import scopes
+from tunectl.profile import load_profile
+from tunectl.search.sampler import complete
+from tunectl.search.space import base_values, is_active
+from tunectl.study import open_storage, run_search
+from tunectl.virtual import VirtualEvaluator
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+ROOT = Path(__file__).resolve().parents[2]
+DEEPSEEK = ROOT / "profiles" / "sim-deepseek-v32-8xb200.yaml"     # SGLang 0.5.9, no `when:` on the autotune knob
+GLM5 = ROOT / "profiles" / "sim-glm5.yaml"                         # 0.5.9, the autotune patch as a knob
+AUTOTUNE, RUNNER = "disable-flashinfer-autotune", "moe-runner-backend"
+
+
+def test_sglang_0_5_9_autotune_knob_acts_only_with_the_runners_it_autotunes() -> None:
+    space = load_profile(DEEPSEEK).search.space
+    assert "when" not in DEEPSEEK.read_text().split(AUTOTUNE)[1].split("\n")[0]      # the profile wrote none
+    for runner, active in (("triton", False), ("deep_gemm", False), ("flashinfer_trtllm", True),
+                           ("flashinfer_mxfp4", True)):
+        assert is_active(space[AUTOTUNE], {RUNNER: runner}) is active, runner
+
+
+def test_a_switch_into_the_scope_brings_the_knob_at_its_baseline_value() -> None:
+    # the walk's incumbent runs deep_gemm; a move to flashinfer_trtllm must not carry an autotune value picked
+    # where it did nothing: it takes SGLang's default (autotune on), as a knob under a `when:` does
+    prof = load_profile(DEEPSEEK)
+    base = base_values(prof)
+    incumbent = complete(prof.search, {**base, RUNNER: "deep_gemm", AUTOTUNE: True}, random.Random(0), base)
+    assert AUTOTUNE not in incumbent
+    moved = complete(prof.search, {**incumbent, RUNNER: "flashinfer_trtllm"}, random.Random(0), base)
+    assert moved[AUTOTUNE] is False
+
+
+def test_no_trial_of_a_search_samples_the_knob_where_it_does_nothing(tmp_path: Path) -> None:
+    prof = load_profile(DEEPSEEK)
+    prof.search.finalists.top_k = 0
+    url = "memory:scopes"
+    run_search(prof, trials=14, root=tmp_path, evaluate=VirtualEvaluator(prof, 0), seed=0, storage_url=url)
+    trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
+    ran = [t.params for t in trials if t.params]
+    assert len(ran) >= 14
+    assert {p[RUNNER] for p in ran} & {"triton", "deep_gemm"}                  # both sides were visited
+    for p in ran:
+        assert (AUTOTUNE in p) == (p[RUNNER] in ("flashinfer_trtllm", "flashinfer_mxfp4")), p
+
+
+def test_rules_hold_only_for_the_versions_they_were_read_from() -> None:
+    # 0.5.17 also autotunes dense FP8/FP4 GEMMs, whatever the MoE runner: no condition to imply there
+    later = load_profile(DEEPSEEK, {"server.sglang_version": "0.5.17"})
+    assert AUTOTUNE not in scopes.implied(later)
+    assert is_active(later.search.space[AUTOTUNE], {RUNNER: "deep_gemm"})
+
+
+def test_an_explicit_when_is_the_profiles_word_even_when_empty() -> None:
+    prof = load_profile(DEEPSEEK, {f"search.space.{AUTOTUNE}.when": {}})
+    assert AUTOTUNE not in scopes.implied(prof)
+    assert is_active(prof.search.space[AUTOTUNE], {RUNNER: "deep_gemm"})
+
+
+def test_the_autotune_patch_widens_the_scope_and_has_its_own() -> None:
+    prof = load_profile(GLM5)          # runners flashinfer_cutlass, triton, flashinfer_trtllm; patch 0001 a knob
+    space = prof.search.space
+    assert is_active(space[AUTOTUNE], {RUNNER: "flashinfer_cutlass"})          # the patch makes cutlass autotune
+    assert not is_active(space[AUTOTUNE], {RUNNER: "triton"})
+    patch = "flashinfer-cutlass-autotune"
+    assert is_active(space[patch], {RUNNER: "flashinfer_cutlass", AUTOTUNE: False})
+    assert not is_active(space[patch], {RUNNER: "flashinfer_cutlass", AUTOTUNE: True})   # autotune off: no effect
+    assert not is_active(space[patch], {RUNNER: "flashinfer_trtllm", AUTOTUNE: False})
+    # without the patch in the profile, flashinfer_cutlass is out of the autotune knob's scope
+    del space[patch]
+    scopes.apply(prof)
+    assert not is_active(space[AUTOTUNE], {RUNNER: "flashinfer_cutlass"})
+
+
+def test_implied_conditions_stay_out_of_the_recorded_space() -> None:
+    # a study records its space (study.json) and refuses to resume on another: what tunectl infers is not the
+    # profile's, so a study begun before the rule existed resumes
+    spec = load_profile(DEEPSEEK).search.space[AUTOTUNE]
+    assert spec.conditions and spec.model_dump(mode="json")["when"] == {}

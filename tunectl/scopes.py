@@ -1,0 +1,123 @@
+"""Where an SGLang flag (or a bundled patch) has any effect, read from SGLang's source: a knob outside its scope
+changes nothing, so the search treats it as inactive there, as if the profile had written the `when:` itself.
+
+`disable-flashinfer-autotune` does nothing with the deep_gemm MoE runner in SGLang 0.5.9 (its
+`ModelRunner._should_run_flashinfer_autotune` returns early for every runner but flashinfer_trtllm and
+flashinfer_mxfp4). A search that samples it there carries an arbitrary value along; when a later step switches
+to flashinfer_trtllm, that value comes with it, the runner reads 30% slow with autotune off, and the walk learns
+the wrong lesson about the runner. With the scope, a knob that becomes active takes its baseline value (SGLang's
+default: autotune on), as every knob under a `when:` does.
+
+- `implied(prof)`: knob -> the `when:` its scope implies, for knobs whose profile entry has no `when:` of its own
+  (an explicit `when:`, even `{}`, is the profile's word) and whose controlling flag is a knob of the space with
+  choices on both sides of the scope. Rules hold for the SGLang versions they name; none for the others.
+- `apply(prof)`: sets them on the profile's knobs (`ParamSpec.conditions` reads them; nothing is written back to
+  the YAML or the study's recorded space).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunectl.profile import ParamSpec, Profile
+
+PATCH = "patch:"
+AUTOTUNE_PATCH = "0001-flashinfer-cutlass-autotune"
+
+
+@dataclass(frozen=True)
+class Scope:
+    target: str                                   # flag name, or patch:<id>
+    needs: dict[str, tuple[Any, ...]]             # controlling flag -> the values under which the target acts
+    versions: tuple[str, ...] | None              # SGLang versions the rule was read from (None: every version)
+    why: str
+    # a patch (applied as a base patch or a knob of the space) that widens `needs`: patch id -> flag -> values
+    widened_by: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict)
+
+
+# `auto` stays in scope wherever it is a choice: what it resolves to depends on the model and the GPU.
+SCOPES: tuple[Scope, ...] = (
+    Scope("disable-flashinfer-autotune",
+          {"moe-runner-backend": ("flashinfer_trtllm", "flashinfer_mxfp4", "auto")}, ("0.5.9",),
+          "SGLang 0.5.9 runs FlashInfer autotune only for the flashinfer_trtllm and flashinfer_mxfp4 MoE runners "
+          "(ModelRunner._should_run_flashinfer_autotune)",
+          {AUTOTUNE_PATCH: {"moe-runner-backend": ("flashinfer_cutlass",)}}),
+    Scope(PATCH + AUTOTUNE_PATCH,
+          {"moe-runner-backend": ("flashinfer_cutlass", "auto"), "disable-flashinfer-autotune": (False,)},
+          ("0.5.9",), "the patch adds flashinfer_cutlass to the runners FlashInfer autotune runs for"),
+    Scope("cuda-graph-max-bs", {"disable-cuda-graph": (False,)}, None,
+          "CUDA graph sizes are captured only with CUDA graphs on"),
+    Scope("cuda-graph-bs", {"disable-cuda-graph": (False,)}, None,
+          "CUDA graph sizes are captured only with CUDA graphs on"),
+)
+
+
+def _target_key(name: str, spec: ParamSpec) -> str:
+    if spec.patch is not None:
+        return PATCH + spec.patch
+    if spec.env is not None:
+        return "env:" + spec.env
+    return (spec.flag or name).lstrip("-")
+
+
+def _choices(spec: ParamSpec) -> list[Any] | None:
+    if spec.type == "bool":
+        return [False, True]
+    return list(spec.choices) if spec.choices is not None else None
+
+
+def _patches(prof: Profile) -> set[str]:
+    return set(prof.server.patches) | {s.patch for s in prof.search.space.values() if s.patch is not None}
+
+
+def implied(prof: Profile) -> dict[str, tuple[dict[str, Any], str]]:
+    """knob -> (the `when:` its scope implies, why), for the knobs it applies to (module docstring)."""
+    space = prof.search.space
+    by_target = {_target_key(n, s): n for n, s in space.items()}
+    patches = _patches(prof)
+    out: dict[str, tuple[dict[str, Any], str]] = {}
+    for scope in SCOPES:
+        knob = by_target.get(scope.target)
+        if knob is None or "when" in space[knob].model_fields_set:
+            continue
+        if scope.versions is not None and prof.server.sglang_version not in scope.versions:
+            continue
+        when: dict[str, Any] = {}
+        for flag, values in scope.needs.items():
+            ctrl = by_target.get(flag)
+            choices = _choices(space[ctrl]) if ctrl is not None else None
+            if ctrl is None or ctrl == knob or choices is None:
+                continue                    # fixed by the base flags, or a range: no condition to state
+            wanted = set(values) | {v for p, more in scope.widened_by.items() if p in patches
+                                    for v in more.get(flag, ())}
+            keep = [c for c in choices if c in wanted]
+            if keep and len(keep) < len(choices):
+                when[ctrl] = keep if len(keep) > 1 else keep[0]
+        if when:
+            out[knob] = (when, scope.why)
+    return _acyclic(space, out)
+
+
+def _acyclic(space: dict[str, ParamSpec], conds: dict[str, tuple[dict[str, Any], str]]
+             ) -> dict[str, tuple[dict[str, Any], str]]:
+    """Drops an implied condition that would close a circle with the profile's own `when:`s (or another's)."""
+    def deps(name: str) -> set[str]:
+        return set(conds[name][0]) if name in conds else set(space[name].when)
+
+    def reaches(a: str, b: str, seen: set[str]) -> bool:
+        return a == b or any(o not in seen and reaches(o, b, seen | {o}) for o in deps(a) if o in space)
+
+    out = dict(conds)
+    for knob in list(conds):
+        if any(reaches(other, knob, {other}) for other in conds[knob][0]):
+            del out[knob]
+            conds = out
+    return out
+
+
+def apply(prof: Profile) -> Profile:
+    """Sets each knob's implied condition (`ParamSpec.conditions`); returns the profile."""
+    found = implied(prof)
+    for name, spec in prof.search.space.items():
+        spec.set_implied(found[name][0] if name in found else {})
+    return prof
