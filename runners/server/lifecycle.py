@@ -7,7 +7,7 @@
 - `wait_ready(server) -> Startup`: ready = the "fired up" log line AND `GET /health_generate` 200. Deadlines per
   startup phase come from log milestones (profile `server.timeouts`, scaled by the stand-in's time scale); a
   deadline that passes while the server's kernel compilers run waits for them (compiling.py, `compile_s`).
-  The log is polled every `POLL_S`; a crash is classified by `LogWatcher` as soon as its line shows.
+  The log is polled every `POLL_S` (sooner in the first two seconds); a crash is classified by `LogWatcher` as soon as its line shows.
 - `Server.check()`: one crash-watch step (used during load by the ladder).
 - `teardown(server) -> dict`: always; snapshot pids, TERM the group, grace, KILL the group (and run-id
   stragglers), wait for the port and GPU memory, verdict "clean" | "dirty" with evidence.
@@ -31,6 +31,8 @@ from tunectl.runners.hosts.base import ProcHandle, Runner
 from tunectl.runners.server.compiling import TIMEOUT_COMPILE, CompileWait, describe
 
 POLL_S = 0.2
+FIRST_POLL_S = 0.05       # the first seconds of a startup are polled sooner: a small model is ready in about one
+FIRST_POLLS_FOR_S = 2.0
 SETTLE_S = 0.3            # after a death line: let the rest of the traceback land before classifying
 PHASE_SLACK_S = 1.0       # wall-clock slack on scaled phase deadlines (process start, scheduling noise)
 Event = Callable[[str, dict[str, Any]], None]
@@ -216,7 +218,7 @@ def wait_ready(server: Server, on_event: Event | None = None) -> Startup:
         if time.monotonic() > deadline and not compile_grace(server, what, on_event):
             server.crash = startup_timeout(server, what)
             return _startup(server, server.crash)
-        time.sleep(POLL_S)
+        time.sleep(FIRST_POLL_S if time.monotonic() - server.started < FIRST_POLLS_FOR_S else POLL_S)
 
 
 def _phases(server: Server) -> dict[str, float]:
