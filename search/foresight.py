@@ -8,7 +8,8 @@ Three rules, all read from the study's own crashes; a proposal they flag is neve
   was missing, any value not lowered that far: `Seen.bounds`, the same bound the repair step moves by). The rule
   stands until a config that keeps
   the crash by it did not crash: for a startup crash, one that started (the catalog's repairs were not the
-  whole story); for a load crash, one that served as much as the crashed one did at the level it crashed at
+  whole story; for an OOM, one that needed at least the proposal's memory: mem fraction, graph max bs, chunk
+  size and max running requests as large, `as_demanding`); for a load crash, one that served as much as the crashed one did at the level it crashed at
   (a baseline capped at 64 running requests never reaches the batches that crash, so it refutes nothing).
 - **Unexplained startup crash** (`suspects`): a startup crash the catalog has no repairs for; the knob values of
   the crashed config that no config that started has ever had, only its choices (strings, booleans) where it has
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.search.repair import LOWER, MEM_FRACTION, RAISE, drives, knob_value
+from tunectl.search.repair import LOWER, MEM_FRACTION, MEMORY_TARGETS, RAISE, drives, knob_value
 
 from tunectl.profile import SearchSpec
 
@@ -78,11 +79,29 @@ def _load_at(crashed: Seen) -> float:
     return crashed.levels[max(below)] if below else 0.0
 
 
-def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen]) -> bool:
+def as_demanding(search: SearchSpec, started: dict[str, Any], params: dict[str, Any]) -> bool:
+    """`started` needs at least the memory `params` needs, as far as the ordered knobs that size memory say (mem
+    fraction, graph max bs, chunk size, max running requests; each active in `params` is active in `started` and
+    at least as large there): had `params` run out of memory at startup, so would `started`."""
+    for target in MEMORY_TARGETS:
+        mine = knob_value(search, params, target)
+        if not isinstance(mine, (int, float)) or isinstance(mine, bool):
+            continue
+        theirs = knob_value(search, started, target)
+        if not isinstance(theirs, (int, float)) or isinstance(theirs, bool) or theirs < mine:
+            return False
+    return True
+
+
+def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen], params: dict[str, Any] | None = None) -> bool:
     """A config that keeps the crash did not crash so: it started (startup crash), or served as much load as the
-    crashed one did at its crash level (load crash)."""
+    crashed one did at its crash level (load crash). For a startup OOM (its repairs lower the mem fraction) and a
+    proposal, only a started config that needs at least the proposal's memory refutes it (`as_demanding`): one that
+    started with chunks of 8,192 says nothing about the autotune workspace of chunks of 16,384."""
     if crashed.crash_phase == "startup":
-        return any(s.crash_phase != "startup" and keeps_crash(search, s.params, crashed) for s in seen)
+        oom = params is not None and (MEM_FRACTION, LOWER) in crashed.fixes
+        return any(s.crash_phase != "startup" and keeps_crash(search, s.params, crashed)
+                   and (not oom or as_demanding(search, s.params, params)) for s in seen)
     need, level = _load_at(crashed), crashed.crash_level
     return any(s.crash_phase is None and keeps_crash(search, s.params, crashed)
                and level is not None and s.levels.get(level, 0.0) >= need for s in seen)
@@ -132,7 +151,7 @@ def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]
     for crashed in seen:
         if crashed.crash_phase is None:
             continue
-        if keeps_crash(search, params, crashed) and not _refuted(search, crashed, seen):
+        if keeps_crash(search, params, crashed) and not _refuted(search, crashed, seen, params):
             return crashed
         if crashed.crash_phase == "startup" and not crashed.fixes:    # the catalog explains the others
             sus = suspects(crashed, seen)

@@ -147,6 +147,10 @@ def pool_bounds(facts: dict[str, float], tokens_per_request: int) -> dict[str, f
 MEM_FRACTION, MAX_RUNNING = "mem-fraction-static", "max-running-requests"
 GRAPH_MAX_BS, NO_GRAPHS = "cuda-graph-max-bs", "disable-cuda-graph"
 KV_DTYPE = "kv-cache-dtype"
+CHUNK = "chunked-prefill-size"
+# the ordered knobs that size a server's memory at startup: the static pool, the graphs, the prefill activations
+# and the autotune dummy run (its batch is the request pool's size)
+MEMORY_TARGETS = (MEM_FRACTION, GRAPH_MAX_BS, CHUNK, MAX_RUNNING)
 
 
 def knob_value(search: SearchSpec, params: dict[str, Any], target: str) -> Any:

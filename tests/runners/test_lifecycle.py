@@ -21,9 +21,10 @@ from tunectl.runners.server.ladder import run_ladder
 
 
 def sim_profile(tmp_path: Path, **overrides):
-    """The embedded default profile on a free port, trial dirs under tmp_path."""
+    """The embedded default profile on a free port, trial dirs under tmp_path, paced at 10 ms per modeled second
+    (the tests' own pace: the timing they assert holds on a loaded 2-core host whatever the default's pace)."""
     return load_profile(default_profile_path(), {"server.port": free_port(), "host.workdir": str(tmp_path / "host"),
-                                                 **overrides})
+                                                 "server.sim.time_scale": 0.01, **overrides})
 
 
 def start(prof, params=None):

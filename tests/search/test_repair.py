@@ -122,6 +122,25 @@ def test_a_mem_fraction_lowered_less_than_the_oom_missed_keeps_the_crash() -> No
                         oom_bounds(exc, crashed_cfg, prof.search)) == [{"mem-fraction-static": 0.8}]
 
 
+def test_an_oom_is_refuted_only_by_a_started_config_that_needed_as_much_memory() -> None:
+    """FlashInfer autotune ran out of memory at mem fraction 0.88 with chunks of 16,384 (its dummy run's workspace
+    grows with them). A config that keeps the crash by its repairs (autotune on, fraction not lower) but started with
+    chunks of 8,192 needed less memory: it does not show that 16,384 starts, whatever graph size the proposal runs.
+    One that started at 0.90 with chunks of 16,384 and graphs as large does."""
+    prof = load_profile(ROOT / "profiles" / "sim-deepseek-v32-8xb200.yaml")
+    base = {**baseline_params(prof), "moe-runner-backend": "flashinfer_trtllm", "disable-flashinfer-autotune": False}
+    crashed = Seen({**base, "mem-fraction-static": 0.88, "chunked-prefill-size": 16384, "cuda-graph-max-bs": 512},
+                   "startup", crashes.repairs_for("flashinfer_autotune_failed"))
+    proposal = {**crashed.params, "cuda-graph-max-bs": 256}
+    smaller = Seen({**base, "mem-fraction-static": 0.9, "chunked-prefill-size": 8192, "cuda-graph-max-bs": 512})
+    assert predicted_crash(prof.search, proposal, [crashed, smaller]) is crashed
+    larger = Seen({**base, "mem-fraction-static": 0.9, "chunked-prefill-size": 16384, "cuda-graph-max-bs": 256})
+    assert predicted_crash(prof.search, proposal, [crashed, smaller, larger]) is None
+    # a crash the catalog does not repair by a lower mem fraction is refuted by any config that keeps it
+    page = Seen(crashed.params, "startup", (("disable-flashinfer-autotune", True),))
+    assert predicted_crash(prof.search, proposal, [page, smaller]) is None
+
+
 def test_a_load_crash_is_not_foreseen_once_a_config_that_keeps_it_served_that_load() -> None:
     prof = sim_profile()
     fast = try_first_params(prof)[0]
