@@ -106,7 +106,10 @@ def test_two_hosts_two_slots_each_one_study_one_report_and_kill_9(tmp_path: Path
     assert {n: trials[n].values for n in kept} == kept                          # nothing finished is lost
     for n in in_flight:                                                         # each re-queued, run again
         retry = [t for t in trials if t.user_attrs.get("retry_of") == n]
-        assert trials[n].state == TrialState.FAIL and len(retry) == 1 and retry[0].params == trials[n].params
+        # with every value the killed trial had drawn (one killed while the sampler was still drawing its values
+        # has only some: the retry draws the rest)
+        assert trials[n].state == TrialState.FAIL and len(retry) == 1
+        assert trials[n].params.items() <= retry[0].params.items()
     store = StudyStore("two", root)
     recs = {int(p.parent.name): read_json(p) for p in store.dir.glob("trials/*/slot.json")}
     assert {(r["host"], tuple(r["gpus"])) for r in recs.values()} == {
