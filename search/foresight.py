@@ -16,7 +16,8 @@ Three rules, all read from the study's own crashes; a proposal they flag is neve
   new ones: a backend the hardware lacks, not the new mem fraction it happened to run with; of those, the ones its
   exception names where it names some. A proposal with all of them is flagged.
 - **Memory ceiling** (`memory_ceiling`): two startup OOMs (crashes whose repairs lower the mem fraction) at or
-  below the proposal's mem fraction, and no config at or above it ever started. The first rule lets a config
+  below the proposal's mem fraction, and no config at or above it that needed as much memory (`as_demanding`:
+  graphs, chunks and running requests as large) ever started. The first rule lets a config
   that crashed at 0.94 with graphs to 512 be tried at 0.94 with graphs to 256 (it applies a repair); after the
   second OOM at that height the fraction itself is the lead.
 """
@@ -127,7 +128,8 @@ def named_in(value: str, text: str) -> bool:
 
 def memory_ceiling(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:
     """The proposal's mem fraction is at or above two startup crashes whose repairs lower it (OOMs), and no config
-    at or above it has ever started: the last such crash."""
+    at or above it that needed as much memory has ever started (one that started with graphs off or to 32 says
+    nothing about graphs to 256 at the same fraction): the last such crash."""
     mine = knob_value(search, params, MEM_FRACTION)
     if not isinstance(mine, (int, float)):
         return None
@@ -136,8 +138,8 @@ def memory_ceiling(search: SearchSpec, params: dict[str, Any], seen: list[Seen])
         theirs = knob_value(search, s.params, MEM_FRACTION)
         if not isinstance(theirs, (int, float)):
             continue
-        if s.crash_phase != "startup" and theirs >= mine - 1e-9:
-            return None                                 # a config this high started: no ceiling here
+        if s.crash_phase != "startup" and theirs >= mine - 1e-9 and as_demanding(search, s.params, params):
+            return None                 # a config this high, needing as much memory, started: no ceiling here
         if s.crash_phase == "startup" and theirs <= mine + 1e-9 and (MEM_FRACTION, LOWER) in s.fixes:
             ooms.append(s)
     return ooms[-1] if len(ooms) >= 2 else None

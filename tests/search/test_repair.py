@@ -334,7 +334,8 @@ def test_a_soft_move_that_lost_is_not_proposed_again_from_the_next_incumbent() -
 def test_two_startup_ooms_at_or_below_a_mem_fraction_no_config_started_at_veto_it() -> None:
     """Graph capture ran out of memory at 0.91 and at 0.94 with different graph sizes (each a repair of the other
     by the first rule), and nothing ever started at 0.94: a third config at 0.94 is vetoed, whatever its graphs.
-    One OOM is not enough (it is repaired, not banned), and a config that started at 0.94 lifts the ceiling."""
+    One OOM is not enough (it is repaired, not banned), and a config that started at 0.94 lifts the ceiling for what
+    needs no more memory than it did: started with graphs to 32, it says nothing about graphs to 64."""
     from tunectl.search.foresight import memory_ceiling
 
     prof = load_profile(ROOT / "profiles" / "sim-qwen3-30b-a3b-l40s.yaml")
@@ -349,7 +350,10 @@ def test_two_startup_ooms_at_or_below_a_mem_fraction_no_config_started_at_veto_i
     assert memory_ceiling(prof.search, third, [served, first, second]) is second
     assert predicted_crash(prof.search, third, [served, first, second]) is second
     assert predicted_crash(prof.search, {**third, "mem-fraction-static": 0.88}, [served, first, second]) is None
-    started = Seen({**base, "mem-fraction-static": 0.94, "cuda-graph-max-bs": 32})
+    small = Seen({**base, "mem-fraction-static": 0.94, "cuda-graph-max-bs": 32})
+    assert memory_ceiling(prof.search, third, [served, first, second, small]) is second
+    assert memory_ceiling(prof.search, {**third, "cuda-graph-max-bs": 32}, [served, first, second, small]) is None
+    started = Seen({**base, "mem-fraction-static": 0.94, "cuda-graph-max-bs": 64})
     assert memory_ceiling(prof.search, third, [served, first, second, started]) is None
 
 
