@@ -37,6 +37,7 @@ class Hooks:
     on_event: Event | None = None
     lock: Callable[[str], WorkerLock] | None = None     # a study-wide lock by name (baseline, finalists)
     repairs: RepairLookup | None = None                  # the crash catalog's repairs per signature
+    gpu_sm: int | None = None                            # the GPU's compute capability x 10 (None: not known)
 
 
 @dataclass
@@ -57,7 +58,7 @@ class SearchLoop:
         self.stats = LoopStats()
         self.rng = random.Random(seed)
         self.local_steps = prof.search.sampler == "tpe"
-        self.steps = Steps(prof, hooks.repairs, self.rng)
+        self.steps = Steps(prof, hooks.repairs, self.rng, hooks.gpu_sm)
 
     def emit(self, kind: str, **data: Any) -> None:
         if self.hooks.on_event is not None:

@@ -29,7 +29,7 @@ from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_R
 from tunectl.search.space import base_values, config_key
 from tunectl.search.surrogate import History, Surrogate, startup_risk
 
-from tunectl import knobs
+from tunectl import knobs, scopes
 from tunectl.models import LOWER, RAISE, ladder_steps
 from tunectl.profile import Profile
 
@@ -160,11 +160,13 @@ def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 
 class Steps:
-    def __init__(self, prof: Profile, repairs: RepairLookup | None, rng: random.Random):
+    def __init__(self, prof: Profile, repairs: RepairLookup | None, rng: random.Random,
+                 gpu_sm: int | None = None):
         # `repairs`: the crash catalog's repairs per signature (None: no catalog, so no repair steps and only
         # the vetoes that need no repairs). Local steps keep going while they improve and fill knobs that become
         # active with their baseline values (the vetoes catch the crashes such a walk meets).
         self.prof, self.repairs, self.rng = prof, repairs, rng
+        self.gpu_sm = gpu_sm            # a backend this GPU has no kernels for is never proposed (tunectl/scopes.py)
         self.turn = 0
         self._risk: tuple[tuple[int, ...], Callable[[dict[str, Any]], float]] | None = None
 
@@ -193,8 +195,11 @@ class Steps:
 
     def veto(self, params: dict[str, Any], done: list[FrozenTrial],
              known: list[Seen] | None = None) -> tuple[float, Seen | None]:
-        """The odds that a proposal crashes as the history foresees, and the crash it would repeat (the rules of
-        search/foresight.py, then the startup-crash odds). `known`: `seen(done)`, when the caller has it."""
+        """The odds that a proposal crashes as the history foresees, and the crash it would repeat (a backend the
+        GPU has no kernels for: 1, before any crash; then the rules of search/foresight.py, then the startup-crash
+        odds). `known`: `seen(done)`, when the caller has it."""
+        if scopes.gpu_lacks(self.prof, params, self.gpu_sm):
+            return 1.0, None
         known = self.seen(done) if known is None else known
         like = predicted_crash(self.prof.search, params, known)
         if like is not None:
@@ -231,7 +236,8 @@ class Steps:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
-                if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None:
+                if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None \
+                        and not scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
                     return t.number, cand
         return None
 

@@ -121,3 +121,49 @@ def apply(prof: Profile) -> Profile:
     for name, spec in prof.search.space.items():
         spec.set_implied(found[name][0] if name in found else {})
     return prof
+
+
+# ------------------------------------------------------------------------------------------ what a GPU lacks
+
+# Backends whose kernels exist only for some GPU generations (compute capability major: 9 = Hopper, 10 =
+# Blackwell datacenter, 12 = Blackwell workstation), whatever the model: TRT-LLM-gen MoE kernels are built for
+# sm_100a; DeepGEMM for Hopper and Blackwell datacenter; SGLang's FlashAttention v3 backend asserts SM 8.x or 9.x
+# (`attention_registry.create_flashattention_v3_backend`); trtllm_mha is SM100 only and trtllm_mla SM100/SM12x
+# (`ServerArgs`: "only supported on Blackwell GPUs").
+GPU_NEEDS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("moe-runner-backend", "flashinfer_trtllm"): (10,),
+    ("moe-runner-backend", "deep_gemm"): (9, 10),
+    ("attention-backend", "fa3"): (8, 9),
+    ("attention-backend", "trtllm_mha"): (10,),
+    ("attention-backend", "trtllm_mla"): (10, 12),
+}
+
+# GPU model names as nvidia-smi prints them -> compute capability x 10 (the first name contained wins)
+GPU_SM: tuple[tuple[str, int], ...] = (
+    ("B300", 103), ("B200", 100), ("RTX PRO 6000", 120), ("RTX 5090", 120), ("H100", 90), ("H200", 90),
+    ("H800", 90), ("H20", 90), ("L40S", 89), ("L40", 89), ("L4", 89), ("RTX 4090", 89), ("RTX 6000 Ada", 89),
+    ("A100", 80), ("A800", 80), ("A30", 80), ("A10G", 86), ("A10", 86), ("A40", 86), ("RTX A6000", 86),
+    ("RTX 3090", 86))
+
+
+def sm_of(gpu_name: str) -> int | None:
+    """Compute capability x 10 of a GPU model name (None: not known, or several kinds of GPU)."""
+    found = {next((sm for key, sm in GPU_SM if key.lower() in part.lower()), None)
+             for part in gpu_name.split(",") if part.strip()}
+    return found.pop() if len(found) == 1 else None
+
+
+def gpu_lacks(prof: Profile, params: dict[str, Any], sm: int | None) -> list[str]:
+    """What of `params` the GPU (compute capability x 10) has no kernels for: one line each; [] when unknown."""
+    if sm is None:
+        return []
+    space, out = prof.search.space, []
+    for name, value in params.items():
+        spec = space.get(name)
+        if spec is None or spec.patch is not None or spec.env is not None or not isinstance(value, str):
+            continue
+        majors = GPU_NEEDS.get(((spec.flag or name).lstrip("-"), value))
+        if majors is not None and sm // 10 not in majors:
+            out.append(f"--{(spec.flag or name).lstrip('-')} {value} needs compute capability "
+                       f"{' or '.join(f'{m}.x' for m in majors)}; this GPU is {sm // 10}.{sm % 10}")
+    return out

@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from tunectl import identity, redact, versions, warmstart
+from tunectl import identity, redact, scopes, versions, warmstart
 from tunectl.crashes.catalog import CATALOG_VERSION
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
@@ -75,6 +75,16 @@ def make_runner(prof: Profile) -> Any:
     from tunectl.runners.hosts.local import LocalRunner
 
     return LocalRunner()
+
+
+def gpu_sm(prof: Profile, fp: dict[str, Any]) -> int | None:
+    """The GPU's compute capability x 10: the stand-in's card says it; a real host, by its GPU's model name
+    (the study's fingerprint; None when unknown or mixed)."""
+    if prof.server.engine == "sim":
+        from tunectl.sim.model import load_card
+
+        return load_card(prof.server.sim.card).gpu.sm
+    return scopes.sm_of(str(fp.get("gpu", "")))
 
 
 def check_same_space(study: optuna.Study, prof: Profile) -> None:
@@ -222,7 +232,8 @@ def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: S
                           on_event=on_event, lock=lambda lname: WorkerLock(url, lock_dir, name, lname),
                           repairs=lambda sig, text: versions.resolve_repairs(repairs_for(sig, text),
                                                                              CATALOG_VERSION,
-                                                                             prof.server.sglang_version))
+                                                                             prof.server.sglang_version),
+                          gpu_sm=gpu_sm(prof, fp))
             states = _resume(study, store, fleet, hooks, (before, n_trials))
             if evaluate is None:                 # the host's state, once this study's leftovers are gone
                 for host_prof, runner in fleet.hosts():

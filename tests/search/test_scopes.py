@@ -11,6 +11,7 @@ from tunectl import scopes
 from tunectl.profile import load_profile
 from tunectl.search.sampler import complete
 from tunectl.search.space import base_values, is_active
+from tunectl.search.steps import Steps
 from tunectl.study import open_storage, run_search
 from tunectl.virtual import VirtualEvaluator
 
@@ -86,3 +87,44 @@ def test_implied_conditions_stay_out_of_the_recorded_space() -> None:
     # profile's, so a study begun before the rule existed resumes
     spec = load_profile(DEEPSEEK).search.space[AUTOTUNE]
     assert spec.conditions and spec.model_dump(mode="json")["when"] == {}
+
+
+# ------------------------------------------------------------------------------------------ what a GPU lacks
+
+L40S = ROOT / "profiles" / "sim-qwen3-30b-a3b-l40s.yaml"                 # compute capability 8.9
+
+
+def test_gpu_model_names_give_their_compute_capability() -> None:
+    assert scopes.sm_of("NVIDIA H200") == 90 and scopes.sm_of("NVIDIA L40S") == 89
+    assert scopes.sm_of("NVIDIA RTX PRO 6000 Blackwell Server Edition") == 120
+    assert scopes.sm_of("NVIDIA A100-SXM4-80GB") == 80 and scopes.sm_of("NVIDIA B200") == 100
+    assert scopes.sm_of("NVIDIA H200, NVIDIA L4") is None          # mixed: no single answer
+    assert scopes.sm_of("unknown") is None and scopes.sm_of("") is None
+
+
+def test_backends_without_kernels_for_the_gpu_are_named() -> None:
+    prof = load_profile(L40S)
+    base = base_values(prof)
+    lacks = scopes.gpu_lacks(prof, {**base, RUNNER: "deep_gemm"}, 89)
+    assert len(lacks) == 1 and "deep_gemm" in lacks[0] and "8.9" in lacks[0]
+    assert scopes.gpu_lacks(prof, {**base, RUNNER: "deep_gemm"}, 90) == []
+    assert scopes.gpu_lacks(prof, {**base, "attention-backend": "fa3"}, 89) == []   # SGLang allows SM 8.x
+    assert scopes.gpu_lacks(prof, {**base, "attention-backend": "fa3"}, 100)          # ... not Blackwell
+    assert scopes.gpu_lacks(prof, {**base, RUNNER: "deep_gemm"}, None) == []          # unknown GPU: no opinion
+
+
+def test_a_search_never_runs_a_backend_the_gpu_lacks(tmp_path: Path) -> None:
+    # the L40S card's deep_gemm fails at startup ("DeepGEMM requires SM90"): proposals of it are dropped unrun
+    prof = load_profile(L40S)
+    prof.search.finalists.top_k = 0
+    url = "memory:gpu-lacks"
+    run_search(prof, trials=16, root=tmp_path, evaluate=VirtualEvaluator(prof, 3), seed=3, storage_url=url)
+    trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
+    ran = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
+    assert len(ran) >= 16 and not any(t.params.get(RUNNER) == "deep_gemm" for t in ran)
+    proposed = [t for t in trials if t.params.get(RUNNER) == "deep_gemm"]
+    assert proposed and all(t.state == optuna.trial.TrialState.FAIL for t in proposed)     # proposed, dropped
+    # the rule itself, before any crash: certain on SM 8.9, silent on SM 9.0 and on an unknown GPU
+    for sm, risk in ((89, 1.0), (90, 0.0), (None, 0.0)):
+        steps = Steps(prof, None, random.Random(0), sm)
+        assert steps.veto({**base_values(prof), RUNNER: "deep_gemm"}, [])[0] == risk
