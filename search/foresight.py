@@ -9,8 +9,9 @@ Three rules, all read from the study's own crashes; a proposal they flag is neve
   stands until a config that keeps
   the crash by it did not crash: for a startup crash, one that started (the catalog's repairs were not the
   whole story; for an OOM, one that needed at least the proposal's memory: mem fraction, graph max bs, chunk
-  size and max running requests as large, `as_demanding`); for a load crash, one that served as much as the crashed one did at the level it crashed at
-  (a baseline capped at 64 running requests never reaches the batches that crash, so it refutes nothing).
+  size and max running requests as large, `as_demanding`); for a load crash, one that served as much as the
+  crashed one did at the level it crashed at (a baseline capped at 64 running requests never reaches the batches
+  that crash, so it refutes nothing).
 - **Unexplained startup crash** (`suspects`): a startup crash the catalog has no repairs for; the knob values of
   the crashed config that no config that started has ever had, only its choices (strings, booleans) where it has
   new ones: a backend the hardware lacks, not the new mem fraction it happened to run with; of those, the ones its

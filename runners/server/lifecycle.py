@@ -7,7 +7,8 @@
 - `wait_ready(server) -> Startup`: ready = the "fired up" log line AND `GET /health_generate` 200. Deadlines per
   startup phase come from log milestones (profile `server.timeouts`, scaled by the stand-in's time scale); a
   deadline that passes while the server's kernel compilers run waits for them (compiling.py, `compile_s`).
-  The log is polled every `POLL_S` (sooner in the first two seconds); a crash is classified by `LogWatcher` as soon as its line shows.
+  The log is polled every `POLL_S` (sooner in the first two seconds); a crash is classified by `LogWatcher` as
+  soon as its line shows.
 - `Server.check()`: one crash-watch step (used during load by the ladder).
 - `teardown(server) -> dict`: always; snapshot pids, TERM the group, grace, KILL the group (and run-id
   stragglers), wait for the port and GPU memory, verdict "clean" | "dirty" with evidence.
