@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.search.repair import LOWER, MEM_FRACTION, MEMORY_TARGETS, RAISE, drives, knob_value
+from tunectl.search.repair import LOWER, MEM_FRACTION, MEMORY_TARGETS, RAISE, drives, knob_value, numeric
 
 from tunectl.profile import SearchSpec
 
@@ -86,11 +86,8 @@ def as_demanding(search: SearchSpec, started: dict[str, Any], params: dict[str, 
     fraction, graph max bs, chunk size, max running requests; each active in `params` is active in `started` and
     at least as large there): had `params` run out of memory at startup, so would `started`."""
     for target in MEMORY_TARGETS:
-        mine = knob_value(search, params, target)
-        if not isinstance(mine, (int, float)) or isinstance(mine, bool):
-            continue
-        theirs = knob_value(search, started, target)
-        if not isinstance(theirs, (int, float)) or isinstance(theirs, bool) or theirs < mine:
+        mine, theirs = knob_value(search, params, target), knob_value(search, started, target)
+        if numeric([mine]) and not (numeric([theirs]) and theirs >= mine):
             return False
     return True
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunectl import knobs
 from tunectl.profile import ParamSpec, Profile
 
-PATCH = "patch:"
+PATCH = knobs.PATCH_PREFIX
 AUTOTUNE_PATCH = "0001-flashinfer-cutlass-autotune"
 
 
@@ -52,14 +53,6 @@ SCOPES: tuple[Scope, ...] = (
 )
 
 
-def _target_key(name: str, spec: ParamSpec) -> str:
-    if spec.patch is not None:
-        return PATCH + spec.patch
-    if spec.env is not None:
-        return "env:" + spec.env
-    return (spec.flag or name).lstrip("-")
-
-
 def _choices(spec: ParamSpec) -> list[Any] | None:
     if spec.type == "bool":
         return [False, True]
@@ -73,7 +66,7 @@ def _patches(prof: Profile) -> set[str]:
 def implied(prof: Profile) -> dict[str, tuple[dict[str, Any], str]]:
     """knob -> (the `when:` its scope implies, why), for the knobs it applies to (module docstring)."""
     space = prof.search.space
-    by_target = {_target_key(n, s): n for n, s in space.items()}
+    by_target = {knobs.target(n, s).key: n for n, s in space.items()}
     patches = _patches(prof)
     out: dict[str, tuple[dict[str, Any], str]] = {}
     for scope in SCOPES:
@@ -101,17 +94,17 @@ def implied(prof: Profile) -> dict[str, tuple[dict[str, Any], str]]:
 def _acyclic(space: dict[str, ParamSpec], conds: dict[str, tuple[dict[str, Any], str]]
              ) -> dict[str, tuple[dict[str, Any], str]]:
     """Drops an implied condition that would close a circle with the profile's own `when:`s (or another's)."""
-    def deps(name: str) -> set[str]:
-        return set(conds[name][0]) if name in conds else set(space[name].when)
-
-    def reaches(a: str, b: str, seen: set[str]) -> bool:
-        return a == b or any(o not in seen and reaches(o, b, seen | {o}) for o in deps(a) if o in space)
-
     out = dict(conds)
-    for knob in list(conds):
-        if any(reaches(other, knob, {other}) for other in conds[knob][0]):
-            del out[knob]
-            conds = out
+    for knob in conds:
+        stack, seen = list(out[knob][0]), set()
+        while stack:
+            other = stack.pop()
+            if other == knob:
+                del out[knob]
+                break
+            if other in space and other not in seen:
+                seen.add(other)
+                stack += out[other][0] if other in out else space[other].when
     return out
 
 
@@ -157,13 +150,14 @@ def gpu_lacks(prof: Profile, params: dict[str, Any], sm: int | None) -> list[str
     """What of `params` the GPU (compute capability x 10) has no kernels for: one line each; [] when unknown."""
     if sm is None:
         return []
-    space, out = prof.search.space, []
+    out = []
     for name, value in params.items():
-        spec = space.get(name)
-        if spec is None or spec.patch is not None or spec.env is not None or not isinstance(value, str):
+        spec = prof.search.space.get(name)
+        if spec is None or not isinstance(value, str):
             continue
-        majors = GPU_NEEDS.get(((spec.flag or name).lstrip("-"), value))
+        t = knobs.target(name, spec)
+        majors = GPU_NEEDS.get((t.name, value)) if t.kind == "flag" else None
         if majors is not None and sm // 10 not in majors:
-            out.append(f"--{(spec.flag or name).lstrip('-')} {value} needs compute capability "
+            out.append(f"--{t.name} {value} needs compute capability "
                        f"{' or '.join(f'{m}.x' for m in majors)}; this GPU is {sm // 10}.{sm % 10}")
     return out

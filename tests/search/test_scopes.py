@@ -41,12 +41,17 @@ def test_a_switch_into_the_scope_brings_the_knob_at_its_baseline_value() -> None
     assert moved[AUTOTUNE] is False
 
 
-def test_no_trial_of_a_search_samples_the_knob_where_it_does_nothing(tmp_path: Path) -> None:
-    prof = load_profile(DEEPSEEK)
+def virtual_search(path: Path, trials: int, seed: int, root: Path) -> list[optuna.trial.FrozenTrial]:
+    """Every trial of a search on the stand-in's virtual model (no finalists)."""
+    prof = load_profile(path)
     prof.search.finalists.top_k = 0
-    url = "memory:scopes"
-    run_search(prof, trials=14, root=tmp_path, evaluate=VirtualEvaluator(prof, 0), seed=0, storage_url=url)
-    trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
+    url = f"memory:scopes:{path.name}:{seed}"
+    run_search(prof, trials=trials, root=root, evaluate=VirtualEvaluator(prof, seed), seed=seed, storage_url=url)
+    return optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
+
+
+def test_no_trial_of_a_search_samples_the_knob_where_it_does_nothing(tmp_path: Path) -> None:
+    trials = virtual_search(DEEPSEEK, 14, 0, tmp_path)
     ran = [t.params for t in trials if t.params]
     assert len(ran) >= 14
     assert {p[RUNNER] for p in ran} & {"triton", "deep_gemm"}                  # both sides were visited
@@ -82,6 +87,14 @@ def test_the_autotune_patch_widens_the_scope_and_has_its_own() -> None:
     assert not is_active(space[AUTOTUNE], {RUNNER: "flashinfer_cutlass"})
 
 
+def test_an_implied_condition_that_would_close_a_circle_is_dropped() -> None:
+    # the profile makes the runner depend on the autotune knob; the autotune scope would make that knob depend on
+    # the runner: the profile's word stands, the implied condition goes (validation would fail on the circle)
+    prof = load_profile(DEEPSEEK, {f"search.space.{RUNNER}.when": {AUTOTUNE: False}})
+    assert AUTOTUNE not in scopes.implied(prof)
+    assert prof.search.space[AUTOTUNE].conditions == {}
+
+
 def test_implied_conditions_stay_out_of_the_recorded_space() -> None:
     # a study records its space (study.json) and refuses to resume on another: what tunectl infers is not the
     # profile's, so a study begun before the rule existed resumes
@@ -115,16 +128,13 @@ def test_backends_without_kernels_for_the_gpu_are_named() -> None:
 
 def test_a_search_never_runs_a_backend_the_gpu_lacks(tmp_path: Path) -> None:
     # the L40S card's deep_gemm fails at startup ("DeepGEMM requires SM90"): proposals of it are dropped unrun
-    prof = load_profile(L40S)
-    prof.search.finalists.top_k = 0
-    url = "memory:gpu-lacks"
-    run_search(prof, trials=16, root=tmp_path, evaluate=VirtualEvaluator(prof, 3), seed=3, storage_url=url)
-    trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
+    trials = virtual_search(L40S, 16, 3, tmp_path)
     ran = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
     assert len(ran) >= 16 and not any(t.params.get(RUNNER) == "deep_gemm" for t in ran)
     proposed = [t for t in trials if t.params.get(RUNNER) == "deep_gemm"]
     assert proposed and all(t.state == optuna.trial.TrialState.FAIL for t in proposed)     # proposed, dropped
     # the rule itself, before any crash: certain on SM 8.9, silent on SM 9.0 and on an unknown GPU
+    prof = load_profile(L40S)
     for sm, risk in ((89, 1.0), (90, 0.0), (None, 0.0)):
         steps = Steps(prof, None, random.Random(0), sm)
         assert steps.veto({**base_values(prof), RUNNER: "deep_gemm"}, [])[0] == risk
