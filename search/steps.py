@@ -83,15 +83,16 @@ def outpaced(t: FrozenTrial, incumbent: FrozenTrial | None) -> bool:
 
 def lost_moves(done: list[FrozenTrial]) -> set[tuple[str, Any]]:
     """Soft-evidence moves that already lost: (knob, RAISE | LOWER | value) of a repair step whose config served
-    the whole ladder below the served config it changed. A log hint or the KV-pressure repair that did not pay
-    from one incumbent is not proposed again from the next (lowering max-running to what the pool holds, when
-    the retractions it avoids cost less than the cap does)."""
+    the whole ladder but no more than FLAT above the served config it changed. A log hint or the KV-pressure
+    repair that did not pay from one incumbent is not proposed again from the next (lowering max-running to what
+    the pool holds, when the retractions it avoids cost less than the cap does; a higher mem fraction for a pool
+    that fills only at a level above the one that counts)."""
     by_number = {t.number: t for t in done}
     out: set[tuple[str, Any]] = set()
     for t in done:
         parent = by_number.get(t.user_attrs.get("repair_of"))      # type: ignore[arg-type]
         if (t.user_attrs.get("proposed_by") != "repair" or parent is None or outcome(parent) != "ok"
-                or outcome(t) != "ok" or t.values[0] >= (1.0 - FLAT) * parent.values[0]):
+                or outcome(t) != "ok" or t.values[0] > (1.0 + FLAT) * parent.values[0]):
             continue
         for k in set(t.params) & set(parent.params):
             was, now = parent.params[k], t.params[k]

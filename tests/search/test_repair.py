@@ -302,8 +302,8 @@ def test_a_startup_phase_past_its_deadline_is_repaired_by_the_catalog(tmp_path: 
 
 def test_a_soft_move_that_lost_is_not_proposed_again_from_the_next_incumbent() -> None:
     """Lowering max-running-requests to what the KV pool holds (the retraction repair) served less than the config
-    it changed: from the next incumbent the loop does not propose that move again; a crash's own repairs, and moves
-    that did not lose, stay."""
+    it changed, and a higher mem fraction (a log hint) served the same: from the next incumbent the loop proposes
+    neither move again; a crash's own repairs, and moves that paid, stay."""
     import random
 
     from optuna.distributions import CategoricalDistribution
@@ -312,7 +312,8 @@ def test_a_soft_move_that_lost_is_not_proposed_again_from_the_next_incumbent() -
     from tunectl.search.steps import Steps, lost_moves
 
     dists = {"max-running-requests": CategoricalDistribution([256, 512, 1024, 2048]),
-             "kv-cache-dtype": CategoricalDistribution(["auto", "fp8_e4m3"])}
+             "kv-cache-dtype": CategoricalDistribution(["auto", "fp8_e4m3"]),
+             "mem-fraction-static": CategoricalDistribution([0.85, 0.88])}
 
     def trial(n: int, value: float, attrs: dict, **params) -> optuna.trial.FrozenTrial:
         t = create_trial(params=params, distributions={k: dists[k] for k in params}, value=value,
@@ -324,11 +325,15 @@ def test_a_soft_move_that_lost_is_not_proposed_again_from_the_next_incumbent() -
     lowered = trial(1, 90.0, {"proposed_by": "repair", "repair_of": 0},
                     **{"max-running-requests": 512, "kv-cache-dtype": "auto"})
     fp8 = trial(2, 120.0, {"proposed_by": "repair", "repair_of": 0},
-                **{"max-running-requests": 2048, "kv-cache-dtype": "fp8_e4m3"})
+                **{"max-running-requests": 2048, "kv-cache-dtype": "fp8_e4m3", "mem-fraction-static": 0.85})
     assert lost_moves([base, lowered, fp8]) == {("max-running-requests", LOWER)}
     steps = Steps(sim_profile(), crashes.repairs_for, random.Random(0))
     fixes = [("max-running-requests", LOWER), ("mem-fraction-static", RAISE), ("max-running-requests", RAISE)]
     assert steps._unlost(fixes, lost_moves([base, lowered, fp8])) == fixes[1:]
+    higher = trial(3, 120.5, {"proposed_by": "repair", "repair_of": 2},
+                   **{"max-running-requests": 2048, "kv-cache-dtype": "fp8_e4m3", "mem-fraction-static": 0.88})
+    assert lost_moves([base, lowered, fp8, higher]) == {("max-running-requests", LOWER), ("mem-fraction-static", RAISE)}
+    assert steps._unlost(fixes, lost_moves([base, lowered, fp8, higher])) == fixes[2:]
 
 
 def test_two_startup_ooms_at_or_below_a_mem_fraction_no_config_started_at_veto_it() -> None:
