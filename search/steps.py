@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
 from tunectl.search.repair import (
+    MAX_RUNNING,
     RepairLookup,
     drives,
     log_hints,
@@ -27,7 +28,7 @@ from tunectl.search.repair import (
 )
 from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
 from tunectl.search.space import base_values, config_key
-from tunectl.search.surrogate import History, Surrogate, startup_risk
+from tunectl.search.surrogate import Admission, History, Surrogate, startup_risk
 
 from tunectl import knobs, scopes
 from tunectl.models import LOWER, RAISE, ladder_steps
@@ -150,6 +151,15 @@ def flat_knobs(incumbent: FrozenTrial, done: list[FrozenTrial]) -> set[str]:
     return out
 
 
+def admission(prof: Profile) -> Admission | None:
+    """The knob that caps the running batch (drives max-running-requests) and the most requests the ladder keeps
+    in flight (its top level; open-loop: `max_concurrency`), for the value model's hinge; None when either is
+    unknown."""
+    name = next((n for n, spec in prof.search.space.items() if drives(n, spec, MAX_RUNNING)), None)
+    top = prof.bench.max_concurrency if prof.bench.rates else max(prof.bench.levels, default=None)
+    return (name, float(top)) if name is not None and top else None
+
+
 def counted(t: FrozenTrial) -> bool:
     """Trials that use the search budget: search/baseline, not duplicates, not failed attempts."""
     return (fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
@@ -169,6 +179,7 @@ class Steps:
         self.prof, self.repairs, self.rng = prof, repairs, rng
         self.gpu_sm = gpu_sm            # a backend this GPU has no kernels for is never proposed (tunectl/scopes.py)
         self.turn = 0
+        self.admission = admission(prof)
         self._risk: tuple[tuple[int, ...], Callable[[dict[str, Any]], float]] | None = None
 
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -190,7 +201,7 @@ class Steps:
         if not best:
             return None
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, base_values(self.prof),
-                           history(done, known), self._excluded(known), flat_knobs(best[0], done))
+                           history(done, known), self._excluded(known), flat_knobs(best[0], done), self.admission)
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
 
@@ -257,7 +268,7 @@ class Steps:
             out.append((incumbent, self._unlost(fixes, lost), pool_bounds(facts, wl.input_len + wl.output_len)))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
         if crashed and incumbent is not None and incumbent.values:
-            model = Surrogate(self.prof.search, history(done, self.seen(done)))
+            model = Surrogate(self.prof.search, history(done, self.seen(done)), self.admission)
             for t in sorted(crashed, key=lambda t: -t.number):
                 if model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
                     exc = str(t.user_attrs.get("crash_exception", ""))

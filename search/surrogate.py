@@ -3,8 +3,12 @@
 - Value: Bayesian ridge regression of log throughput on the knob values of the configs that served fully. Ordered
   knobs (int, float, and categoricals whose choices are all numbers) enter as their position in the range (log
   scale where the range spans a factor of 8 or more) and its square, so the model can extrapolate along them and
-  find an interior optimum; categorical knobs enter one-hot, a knob that is off as its own column. Candidates are
-  ranked by an upper bound (mean + one standard deviation), so what the study knows least gets tried first.
+  find an interior optimum; categorical knobs enter one-hot, a knob that is off as its own column. The knob that
+  caps the running batch (max-running-requests) also enters as log(min(value, C) / C), C the most requests the
+  ladder keeps in flight: below C the cap throttles every batch the top levels run, above it it does nothing, a
+  hinge no quadratic draws (without it, a config capped at 74 running requests that served 40% of the best taught
+  the model that its MoE runner was slow). Candidates are ranked by an upper bound (mean + EXPLORE standard
+  deviations), so what the study knows least gets tried first.
 - Waste odds: naive Bayes in log-odds over knob values (startup crashes from every trial; load crashes, pruning and
   KV-pool retractions from the trials that started), per-value rates shrunk toward the overall rate.
 """
@@ -21,6 +25,7 @@ from tunectl.profile import ParamSpec, SearchSpec
 
 History = list[tuple[dict[str, Any], str, float]]   # (params, outcome, stable value); outcome: ok, startup,
                                                     # explained (a startup crash with catalog repairs), load, pruned
+Admission = tuple[str, float]                       # (the knob that caps the running batch, most requests in flight)
 RIDGE = 1.0
 EXPLORE = 2.0          # standard deviations of optimism in the local steps' ranking
 NOISE_FLOOR = 0.01     # log-throughput variance assumed at least (about 10%)
@@ -67,8 +72,9 @@ class ValueModel:
     candidate by the upper bound mean + EXPLORE x std, so columns the study has seen little of (a value never
     served, an ordered knob far from where it was tried) get tried before re-probing known ones."""
 
-    def __init__(self, search: SearchSpec, rows: list[tuple[dict[str, Any], float]]):
-        self.search = search
+    def __init__(self, search: SearchSpec, rows: list[tuple[dict[str, Any], float]],
+                 admission: Admission | None = None):
+        self.search, self.admission = search, admission
         self.cols: dict[tuple[str, str], int] = {}
         self.ordered = {n for n, s in search.space.items() if ordered(s)}
         rows = [(p, v) for p, v in rows if v > 0]
@@ -91,7 +97,11 @@ class ValueModel:
             return [((name, "off"), 1.0)]
         if name in self.ordered:
             z = position(self.search.space[name], p[name])
-            return [((name, "z"), z), ((name, "z2"), z * z)]
+            out = [((name, "z"), z), ((name, "z2"), z * z)]
+            if self.admission is not None and name == self.admission[0] and p[name] > 0:
+                top = self.admission[1]
+                out.append(((name, "cap"), math.log(min(float(p[name]), top) / top)))
+            return out
         return [((name, _key(p[name])), 1.0)]
 
     def row(self, p: dict[str, Any]) -> list[tuple[tuple[str, str], float]]:
@@ -149,8 +159,8 @@ class Odds:
 class Surrogate:
     """Value x not-wasted for candidate configs, from one history."""
 
-    def __init__(self, search: SearchSpec, history: History):
-        self.value = ValueModel(search, [(p, v) for p, out, v in history if out == "ok"])
+    def __init__(self, search: SearchSpec, history: History, admission: Admission | None = None):
+        self.value = ValueModel(search, [(p, v) for p, out, v in history if out == "ok"], admission)
         self.startup = Odds([(p, out == "startup") for p, out, _ in history if out != "explained"])
         self.load = Odds([(p, out in ("load", "pruned")) for p, out, _ in history
                           if out not in ("startup", "explained")])
