@@ -84,14 +84,15 @@ def evidence_attrs(result: TrialResult) -> dict[str, Any]:
     return attrs
 
 
-def _is_infra(result: TrialResult) -> bool:
+def is_infra(result: TrialResult) -> bool:
+    """The host or runner failed, not the config (told FAIL and retried, never a result)."""
     return result.status == "infra" or bool(result.crash and result.crash.cls == "infra")
 
 
 def judge(result: TrialResult, prof: Profile, infra_tries: int = 0, flaky_tries: int = 0) -> Verdict:
     """`infra_tries` / `flaky_tries`: how many retries this config already had for that reason."""
     attrs = evidence_attrs(result)
-    if _is_infra(result):
+    if is_infra(result):
         retry = infra_tries < prof.search.infra_retries
         return Verdict(TrialState.FAIL, user_attrs={**attrs, "infra_fault": True}, retry=retry,
                        reason="infra fault: retried" if retry else "infra fault: retries exhausted")

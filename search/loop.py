@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
-from tunectl.search.feedback import Verdict, judge
+from tunectl.search.feedback import Verdict, is_infra, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params, snap
@@ -28,6 +28,9 @@ from tunectl.profile import Profile
 Evaluate = Callable[[int, dict[str, Any], str, Callable[[LevelResult], bool] | None], TrialResult]
 Event = Callable[[str, dict[str, Any]], None]
 MAX_DUPLICATES = 25
+# infra results in a row (launch refused, runner fault, the engine missing on the host) that take a slot out of the
+# run: with every slot out (one, in a sequential run) the search stops instead of retrying forever
+RETIRE_AFTER_INFRA = 3
 
 
 @dataclass
@@ -47,6 +50,7 @@ class LoopStats:
     retries: int = 0
     saved_s: float = 0.0
     exhausted: bool = False
+    retired: bool = False                  # stopped: every slot ended RETIRE_AFTER_INFRA trials in a row as infra
     verdicts: list[fin.FinalistVerdict] = field(default_factory=list)
 
 
@@ -56,6 +60,7 @@ class SearchLoop:
         self.study, self.prof, self.hooks, self.host_key = study, prof, hooks, host_key
         self.state, self.heartbeat_s = state, heartbeat_s
         self.stats = LoopStats()
+        self.last_infra: str | None = None        # why the last finished trial was an infra fault (None: it was not)
         self.rng = random.Random(seed)
         self.local_steps = prof.search.sampler == "tpe"
         self.steps = Steps(prof, hooks.repairs, self.rng, hooks.gpu_sm)
@@ -83,7 +88,7 @@ class SearchLoop:
                 lock.release()
 
     def search(self, n_trials: int) -> None:
-        dup_run = veto_run = 0
+        dup_run = veto_run = infra_run = 0
         while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
             optuna.storages.fail_stale_trials(self.study)
             self._maybe_local_step()
@@ -93,6 +98,12 @@ class SearchLoop:
                 continue
             veto_run = 0
             outcome = self.run_one(trial)
+            if outcome != "duplicate":
+                infra_run = infra_run + 1 if self.last_infra is not None else 0
+            if infra_run >= RETIRE_AFTER_INFRA:
+                self.stats.retired = True
+                self.emit("slot_retired", slot=self.host_key, reason=self.last_infra)
+                return
             dup_run = dup_run + 1 if outcome == "duplicate" else 0
             if dup_run >= MAX_DUPLICATES and not self._step_off():
                 self.stats.exhausted = True
@@ -185,6 +196,8 @@ class SearchLoop:
                pruner: Any) -> str:
         verdict = judge(result, self.prof, int(trial.user_attrs.get("infra_tries", 0)),
                         int(trial.user_attrs.get("flaky_tries", 0)))
+        self.last_infra = ((result.crash.message or result.crash.signature) if result.crash else "infra fault") \
+            if is_infra(result) else None
         self.tell(trial, verdict)
         self.stats.evaluated += 1
         self.stats.saved_s += pruner.saved_s()
@@ -272,7 +285,7 @@ class SearchLoop:
 
     def finalists(self) -> list[fin.FinalistVerdict]:
         cfg = self.prof.search.finalists
-        if cfg.top_k == 0 or cfg.reruns == 0:
+        if cfg.top_k == 0 or cfg.reruns == 0 or self.stats.retired:     # retired: no slot left to rerun on
             self.stats.verdicts = []
             return []
         rounds = 1

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from tunectl.search.loop import MAX_DUPLICATES, Hooks, SearchLoop
+from tunectl.search.feedback import is_infra
+from tunectl.search.loop import MAX_DUPLICATES, RETIRE_AFTER_INFRA, Hooks, SearchLoop
 from tunectl.search.sampler import MAX_VETOES
 from tunectl.search.steps import counted
 from tunectl.search.study import HostState, fail_running, queued
@@ -30,7 +31,6 @@ from tunectl.search.study import HostState, fail_running, queued
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
 
-RETIRE_AFTER_INFRA = 3      # infra results in a row (launch refused, runner fault) that take a slot out of the run
 EvaluateOn = Callable[[str, int, dict[str, Any], str, Callable[[LevelResult], bool] | None], TrialResult]
 
 
@@ -84,6 +84,7 @@ class ParallelLoop(SearchLoop):
                             return
                         break                      # wait for a result: it changes what the sampler proposes
                 if not self.flights:
+                    self.stats.retired = not self.free and more()      # every slot out of the run
                     return
                 self._land()
 
@@ -123,7 +124,7 @@ class ParallelLoop(SearchLoop):
             f = self.flights.pop(fut)
             result = fut.result()
             self.states[f.key].clear()
-            self.infra_run[f.key] = self.infra_run[f.key] + 1 if result.status == "infra" else 0
+            self.infra_run[f.key] = self.infra_run[f.key] + 1 if is_infra(result) else 0
             if self.infra_run[f.key] < RETIRE_AFTER_INFRA:
                 self.free = [k for k in self.keys if k in self.free or k == f.key]
             else:                                  # a broken slot would eat every config: the others go on

@@ -23,7 +23,7 @@ from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS
 from tunectl.search import finalists as fin
 from tunectl.parallel import Fleet
-from tunectl.search.loop import Evaluate, Hooks, SearchLoop
+from tunectl.search.loop import RETIRE_AFTER_INFRA, Evaluate, Hooks, SearchLoop
 from tunectl.search.parallel import ParallelLoop
 from tunectl.search.sampler import make_sampler
 from tunectl.search.study import (
@@ -60,6 +60,7 @@ class SearchOutcome:
     finalists: list[dict[str, Any]] = field(default_factory=list)
     trials_to_best: int | None = None              # search trials until the winner's config was first seen
     exhausted: bool = False
+    stopped: str | None = None                     # why the search stopped early: every slot failed as infra
     warm_start: dict[str, Any] | None = None       # tunectl/warmstart.py: the old study, old best now and before
     slots: int = 1                                 # trials at once (tunectl/slots.py)
 
@@ -344,4 +345,6 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
         pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in search),
         duplicates=loop.stats.duplicates, retries=loop.stats.retries, saved_s=round(loop.stats.saved_s, 2),
         best=best, finalists=[v.to_dict() for v in verdicts], trials_to_best=to_best,
-        exhausted=loop.stats.exhausted)
+        exhausted=loop.stats.exhausted,
+        stopped=(f"every slot ended {RETIRE_AFTER_INFRA} trials in a row as infra faults (the host, not the "
+                 f"config): {loop.last_infra or 'see the trials'}") if loop.stats.retired else None)

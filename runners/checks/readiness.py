@@ -77,6 +77,14 @@ def _host(c: _Ctx) -> Check:
                                                                   ", host key trusted"), "")
 
 
+def importable(module: str) -> str:
+    """Python that fails unless `module` is found as the server's `python -m` finds it: not from the current
+    directory (`-c` puts it first on sys.path, `-m` in the server's working directory does not), so a checkout
+    that runs tunectl without installing it fails here, not in every trial."""
+    return (f"import sys, importlib.util; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+            f"sys.exit(0 if importlib.util.find_spec({module!r}) else {'No module named ' + repr(module)!r})")
+
+
 def _python(c: _Ctx) -> Check:
     res = c.runner.run([c.prof.server.python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
                        timeout=60)
@@ -90,7 +98,7 @@ def _python(c: _Ctx) -> Check:
 
 def _sglang(c: _Ctx) -> Check:
     if not c.engine.patches_on_host:     # the stand-in: nothing to locate and patch, only to import
-        res = c.runner.run([c.prof.server.python, "-c", f"import {c.engine.module}"], timeout=60)
+        res = c.runner.run([c.prof.server.python, "-c", importable(c.engine.module)], timeout=60)
         last = res.tail.strip().splitlines()[-1] if res.tail.strip() else f"exit {res.exit_code}"
         return Check("sglang", res.ok, "the stand-in tunectl.sim" if res.ok else
                      f"{c.prof.server.python} on {c.runner.name} cannot import the stand-in tunectl.sim: {last}",

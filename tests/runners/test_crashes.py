@@ -111,6 +111,8 @@ CASES = [  # (signature, text, phase, expected class)
      (f"{TS} ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
      "address already in use\n"), "startup", "infra"),
     ("port_in_use", f"{TS} nccl_port at 30001 is not available in 30 seconds\n", "startup", "infra"),
+    ("engine_missing", "/usr/bin/python3: Error while finding module specification for 'sglang.launch_server' "
+     "(ModuleNotFoundError: No module named 'sglang')\n", "startup", "infra"),
     ("device_side_assert", _log("server-runtime-crash.log"), "load", "load_crash"),
     ("config_option_unsupported", _log("h200-tunectl/config-option-unsupported.log"), "startup", "config_error"),
     ("moe_runner_unsupported", _log("h200-ssh/moe-runner-cutedsl-bf16.log"), "startup", "config_error"),

@@ -104,6 +104,18 @@ def test_infra_fault_is_retried_and_not_counted(tmp_path: Path) -> None:
     assert out.retries == 3
 
 
+def test_a_host_that_fails_every_launch_stops_the_search_instead_of_retrying_forever(tmp_path: Path) -> None:
+    # from trial 2 on the server never starts, whatever the config (the engine gone from the host): three infra
+    # faults in a row and the search stops, says why, and keeps what it measured; no finalist reruns
+    prof = make_profile(search__finalists={"top_k": 1, "reruns": 2})
+    host = FlakyHost(prof, infra_on=set(range(2, 1000)), flaky_on=set())
+    out = run_search(prof, trials=10, root=tmp_path, evaluate=host, seed=0)
+    assert len(host.calls) == 2 + 3
+    assert out.stopped is not None and "infra" in out.stopped and "link lost" in out.stopped
+    assert out.trials == 2 and out.best is not None and out.best["trial"] in (0, 1)
+    assert out.finalists == []
+
+
 class CrashOnRerun:
     """The virtual engine, except the best config of the search crashes when re-run as a finalist."""
 

@@ -58,7 +58,8 @@ class Progress:
             console.print(f"  prior knowledge: {data['trials']} trials of study {escape(data['from'])} (not counted "
                           "as results)", highlight=False)
         elif kind == "slot_retired":
-            console.print(Text(f"  slot {_slot_name(data['slot'])} takes no more trials: {data['reason']}",
+            name = _slot_name(data["slot"])
+            console.print(Text(f"  {'slot ' + name if name else 'the host'} takes no more trials: {data['reason']}",
                                style="yellow"))
         elif kind == "finalists":
             self.note = f"confirming finalists {data['picks']} x{data['reruns']}"
@@ -175,6 +176,10 @@ def show(out: dict[str, Any], root: Path) -> None:
             console.print(line, highlight=False, markup=False)
     console.print(f"results: {escape(out['results_dir'])} (best.json, trials/, study.db); storage "
                   f"{escape(out['storage'])}", highlight=False, soft_wrap=True)
+    if out.get("stopped"):
+        console.print(Text(f"search stopped: {out['stopped']}; fix the host (tunectl check), then the same "
+                           "command resumes the study", style="red"))
+        raise typer.Exit(1)
 
 
 TrialsOpt = Annotated[int | None, typer.Option("--trials", "-n", help="search trials (default: profile)")]
@@ -229,6 +234,8 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate,
                          warm_start=warm_start, in_memory=virtual, parallel=parallel).to_dict()
         print(json.dumps(out, indent=2, default=str))
+        if out.get("stopped"):
+            raise typer.Exit(1)
         return
     view = Progress(trials or prof.search.trials)
     with view.live:
