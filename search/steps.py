@@ -230,7 +230,7 @@ class Steps:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
-        incumbent; the incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches
+        incumbent (or that were repair steps themselves: a hint from the server's log whose config crashed); the incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches
         above the captured graph sizes, requests queued at max-running-requests). Each repair once, with the
         bounds the server's log gives (how much memory an OOM missed, how
         many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
@@ -270,7 +270,8 @@ class Steps:
         if crashed and incumbent is not None and incumbent.values:
             model = Surrogate(self.prof.search, history(done, self.seen(done)), self.admission)
             for t in sorted(crashed, key=lambda t: -t.number):
-                if model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
+                if t.user_attrs.get("proposed_by") == "repair" or \
+                        model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
                     exc = str(t.user_attrs.get("crash_exception", ""))
                     out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search)))
         if incumbent is not None:

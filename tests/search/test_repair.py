@@ -379,3 +379,43 @@ def test_an_unexplained_crash_is_blamed_on_the_choice_its_message_names() -> Non
     vague = Seen(crashed.params, "startup", (), exception="RuntimeError: CUDA error: no kernel image is available")
     assert predicted_crash(prof.search, {**base, "moe-runner-backend": "flashinfer_cutlass"}, [served, vague]) is None
     assert predicted_crash(prof.search, crashed.params, [served, vague]) is vague
+
+
+def test_a_repair_step_that_crashed_at_startup_is_repaired_in_turn_whatever_the_model_rates() -> None:
+    """A log hint put graphs back on with a max bs that holds the incumbent's largest batch (512) and capture ran
+    out of memory; the value model, which saw graphs on only in slow configs, rates that config far below the
+    incumbent. The hint came from the server's own log, so its crash is repaired in turn (a lower mem fraction),
+    not dropped: the gate on the model's rating is for crashes the search stumbled on."""
+    import random
+
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from tunectl.search.steps import Steps
+
+    prof = sim_profile()
+    space = prof.search.space
+    dists = {k: CategoricalDistribution(list(space[k].choices)) if space[k].choices else
+             CategoricalDistribution([False, True]) for k in ("disable-cuda-graph", "cuda-graph-max-bs",
+                                                             "mem-fraction-static")}
+
+    def trial(n: int, value: float, attrs: dict, **params: Any) -> optuna.trial.FrozenTrial:
+        t = create_trial(params=params, distributions={k: dists[k] for k in params}, value=value,
+                         user_attrs={"role": "search", **attrs})
+        t.number = n
+        return t
+
+    def graphs(bs: int, mem: float) -> dict[str, Any]:
+        return {"disable-cuda-graph": False, "cuda-graph-max-bs": bs, "mem-fraction-static": mem}
+
+    slow = [trial(n, 40.0, {}, **graphs(bs, 0.88)) for n, bs in ((0, 32), (1, 64), (2, 128))]
+    incumbent = trial(3, 100.0, {}, **{"disable-cuda-graph": True, "mem-fraction-static": 0.88})
+    oom = trial(4, 0.0, {"proposed_by": "repair", "repair_of": 3, "crash_class": "config_error",
+                         "crash_phase": "startup", "crash_signature": "capture_cuda_graph_failed"},
+                **graphs(512, 0.88))
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    done = [*slow, incumbent, oom]
+    to_repair = [t.number for t, _, _ in steps._to_repair(done, incumbent)]
+    assert 4 in to_repair
+    oom.user_attrs["proposed_by"] = "sampler"                # the same crash stumbled on: the model's gate holds
+    assert 4 not in [t.number for t, _, _ in steps._to_repair(done, incumbent)]
