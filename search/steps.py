@@ -230,10 +230,10 @@ class Steps:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
-        incumbent (or that were repair steps themselves: a hint from the server's log whose config crashed); the incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches
-        above the captured graph sizes, requests queued at max-running-requests). Each repair once, with the
-        bounds the server's log gives (how much memory an OOM missed, how
-        many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
+        incumbent, or that were repair steps themselves (a hint from the server's log whose config crashed); the
+        incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches above the captured
+        graph sizes, requests queued at max-running-requests). Each repair once, with the bounds the server's log
+        gives (how much memory an OOM missed, how many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
         configs they repair; parallel trials) counted, and none for a config whose repair is in flight."""
         best = fin.candidates(done)
         fixed = {t.user_attrs.get("repair_of") for t in best} | set(pending)
