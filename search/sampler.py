@@ -106,8 +106,9 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
                admission: Admission | None = None) -> list[dict[str, Any]]:
     """Unseen configs one or two knobs away from the incumbent, the most promising (value x not wasted) first.
     Knobs that become active take their value in `fill`; `excluded(cand)`: the history rows that say nothing
-    about that candidate (crashes it repairs); `flat`: knobs already moved alone with no effect (moved only together with another);
-    `admission`: the value model's batch cap (search/surrogate.py). One surrogate is fitted per distinct exclusion."""
+    about that candidate (crashes it repairs); `flat`: knobs already moved alone with no effect (moved only
+    together with another); `admission`: the value model's batch cap (search/surrogate.py). One surrogate is
+    fitted per distinct exclusion."""
     from tunectl.search.space import config_key
 
     grid = grid_space(search, points=GRID_POINTS)
@@ -127,16 +128,5 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
         if gone not in models:
             models[gone] = Surrogate(search, [r for i, r in enumerate(history) if i not in gone], admission)
         out.append((-models[gone].score(cand), len(move), rng.random(), cand))
-    import os, sys
-    if os.environ.get("XD"):
-        m = next(iter(models.values()))
-        rows = sorted(out, key=lambda x: x[:3])
-        print("INC", {k: v for k, v in incumbent.items()}, file=sys.stderr)
-        for sc, ln, _, c in rows[:4] + [r for r in rows if c_moe(r[3], incumbent)][:3]:
-            d = {k: v for k, v in c.items() if incumbent.get(k) != v}
-            print(f"   {-sc:8.0f} pred={m.value.predict(c):6.0f} up={m.value.upper(c):6.0f} waste={m.waste(c):.2f} {d}", file=sys.stderr)
     return [c for *_, c in sorted(out, key=lambda x: x[:3])]
 
-
-def c_moe(c, inc):
-    return c.get("moe-runner-backend") == "flashinfer_cutlass" and inc.get("moe-runner-backend") != "flashinfer_cutlass"
