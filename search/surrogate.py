@@ -6,7 +6,7 @@
   find an interior optimum; categorical knobs enter one-hot, a knob that is off as its own column. The knob that
   caps the running batch (max-running-requests) also enters as log(min(value, C) / C), C the most requests the
   ladder keeps in flight: below C the cap throttles every batch the top levels run, above it it does nothing, a
-  hinge no quadratic draws (without it, a config capped at 74 running requests that served 40% of the best taught
+  hinge no quadratic draws (without it, a config capped at 74 running requests that served 38% of the best taught
   the model that its MoE runner was slow). Candidates are ranked by an upper bound (mean + EXPLORE standard
   deviations), so what the study knows least gets tried first.
 - Waste odds: naive Bayes in log-odds over knob values (startup crashes from every trial; load crashes, pruning and

@@ -24,7 +24,7 @@ def served(runner: str, cap: int, mem: float) -> tuple[dict, float]:
 
 
 def test_a_config_throttled_by_its_running_cap_does_not_make_its_runner_look_slow() -> None:
-    # the only config with the faster runner ran capped at 74 requests (a random start) and served a seventh of
+    # the only config with the faster runner ran capped at 74 requests (a random start) and served a fifth of
     # the best; from the incumbent's cap of 2048, the runner's move is rated by what the runner did, not the cap
     rows = [served("triton", 2048, 0.85), served("triton", 891, 0.88), served("triton", 388, 0.85),
             served("triton", 169, 0.81), served("triton", 2048, 0.81), served("flashinfer_cutlass", 74, 0.85)]
