@@ -51,6 +51,22 @@ def test_local_stand_in_profile(tmp_path):
     assert row(out, "gpus").startswith("pass not needed by the stand-in")       # no nvidia-smi here
 
 
+def test_backends_the_gpu_has_no_kernels_for_are_named_and_a_baseline_on_one_fails(tmp_path):
+    # the stand-in's card plays RTX PRO 6000 Blackwell workstation GPUs (compute capability 12.0): TRT-LLM-gen MoE
+    # kernels exist for 10.x only, so the search never runs that choice; as trial 0's runner it would crash
+    out = run_cli("check", "-p", write_profile(tmp_path)).output
+    assert row(out, "backends") == ("pass NVIDIA RTX PRO 6000 Blackwell Server Edition (compute capability 12.0): "
+                                    "never runs moe-runner-backend flashinfer_trtllm (no kernels for this GPU)")
+    spec = yaml.safe_load((Path(REPO_ROOT) / "profiles" / "sim-glm5.yaml").read_text())["search"]["space"][
+        "moe-runner-backend"]
+    res = run_cli("check", "-p", write_profile(tmp_path, space={"moe-runner-backend": {
+        **spec, "default": "flashinfer_trtllm"}}))
+    assert res.exit_code == 1
+    assert row(res.output, "backends").startswith(
+        "FAIL NVIDIA RTX PRO 6000 Blackwell Server Edition (compute capability 12.0): the baseline (trial 0) would "
+        "crash: --moe-runner-backend flashinfer_trtllm needs compute capability 10.x; this GPU is 12.0")
+
+
 def test_flag_missing_from_host_help_fails_before_launch(tmp_path):
     prof = write_profile(tmp_path, space={"mem-fraction-statc": {"type": "float", "low": 0.8, "high": 0.9}})
     res = run_cli("check", "-p", prof)

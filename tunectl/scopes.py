@@ -148,16 +148,22 @@ def sm_of(gpu_name: str) -> int | None:
 
 def gpu_lacks(prof: Profile, params: dict[str, Any], sm: int | None) -> list[str]:
     """What of `params` the GPU (compute capability x 10) has no kernels for: one line each; [] when unknown."""
+    flags = {}
+    for name, value in params.items():
+        spec = prof.search.space.get(name)
+        if spec is not None and (t := knobs.target(name, spec)).kind == "flag":
+            flags[t.name] = value
+    return flags_lack(flags, sm)
+
+
+def flags_lack(flags: dict[str, Any], sm: int | None) -> list[str]:
+    """What of a command line's flags (names without dashes) the GPU has no kernels for; [] when unknown."""
     if sm is None:
         return []
     out = []
-    for name, value in params.items():
-        spec = prof.search.space.get(name)
-        if spec is None or not isinstance(value, str):
-            continue
-        t = knobs.target(name, spec)
-        majors = GPU_NEEDS.get((t.name, value)) if t.kind == "flag" else None
+    for flag, value in flags.items():
+        majors = GPU_NEEDS.get((flag, value)) if isinstance(value, str) else None
         if majors is not None and sm // 10 not in majors:
-            out.append(f"--{t.name} {value} needs compute capability "
+            out.append(f"--{flag} {value} needs compute capability "
                        f"{' or '.join(f'{m}.x' for m in majors)}; this GPU is {sm // 10}.{sm % 10}")
     return out

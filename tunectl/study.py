@@ -14,13 +14,13 @@ from typing import Any
 
 import optuna
 
-from tunectl import identity, redact, scopes, versions, warmstart
+from tunectl import identity, knobs, redact, scopes, versions, warmstart
 from tunectl.crashes.catalog import CATALOG_VERSION
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
 from tunectl.models import TrialResult
 from tunectl.profile import Profile
-from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS
+from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS, Check
 from tunectl.search import finalists as fin
 from tunectl.parallel import Fleet
 from tunectl.search.loop import RETIRE_AFTER_INFRA, Evaluate, Hooks, SearchLoop
@@ -86,6 +86,27 @@ def gpu_sm(prof: Profile, fp: dict[str, Any]) -> int | None:
 
         return load_card(prof.server.sim.card).gpu.sm
     return scopes.sm_of(str(fp.get("gpu", "")))
+
+
+def backend_check(prof: Profile, runner: Any) -> Check:
+    """`tunectl check`'s row for the GPU's kernels: fails when the baseline (trial 0) runs a backend this GPU has
+    no kernels for (tunectl/scopes.py `GPU_NEEDS`; it would crash at startup); else names the search space's
+    choices the search will never run here (the GPU veto drops them unrun)."""
+    from tunectl.search.space import baseline_params
+
+    gpu = identity.host_gpu(prof, runner)[0]
+    sm = gpu_sm(prof, {"gpu": gpu})
+    if sm is None:
+        return Check("backends", True, f"{gpu}: compute capability not known to tunectl, no backend skipped")
+    here = f"{gpu} (compute capability {sm // 10}.{sm % 10})"
+    base = scopes.flags_lack(knobs.merge(prof, baseline_params(prof))[0], sm)
+    if base:
+        return Check("backends", False, f"{here}: the baseline (trial 0) would crash: " + "; ".join(base),
+                     "set a backend this GPU has in server.flags or as the knob's default")
+    skipped = [f"{name} {choice}" for name, spec in prof.search.space.items() for choice in spec.choices or []
+               if scopes.gpu_lacks(prof, {name: choice}, sm)]
+    return Check("backends", True, f"{here}: " + (f"never runs {', '.join(skipped)} (no kernels for this GPU)"
+                                                  if skipped else "every backend choice has kernels"))
 
 
 def check_same_space(study: optuna.Study, prof: Profile) -> None:

@@ -56,9 +56,9 @@ def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="pro
                                               "killed run), by their recorded process group"),
           yes: bool = typer.Option(False, "--yes", "-y", help="with --stop-leftovers: do not ask")) -> None:
     """Check the profile's host (each of its `hosts:`): SSH and host key, python and SGLang, GPUs, ports, disk,
-    leftovers, flags, patches."""
+    leftovers, flags, patches, backends the GPU has no kernels for."""
     from tunectl.slots import hosts_of
-    from tunectl.study import make_runner
+    from tunectl.study import backend_check, make_runner
 
     prof = get_profile(profile)
     specs = hosts_of(prof)
@@ -70,6 +70,8 @@ def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="pro
             if stop_leftovers:
                 _stop_leftovers(host_prof, runner, yes)
             found = run_checks(host_prof, runner)
+            if found[0].ok:                                     # the host answered
+                found.append(backend_check(host_prof, runner))
         finally:
             runner.close()
         show_table(render(found, "tunectl check" + (f": {runner.name}" if len(specs) > 1 else "")),
