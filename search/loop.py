@@ -60,7 +60,8 @@ class SearchLoop:
         self.study, self.prof, self.hooks, self.host_key = study, prof, hooks, host_key
         self.state, self.heartbeat_s = state, heartbeat_s
         self.stats = LoopStats()
-        self.last_infra: str | None = None        # why the last finished trial was an infra fault (None: it was not)
+        self.infra_run: dict[str, int] = {}      # a slot's infra results in a row
+        self.retired_why: str | None = None       # the infra fault that took the last slot out of the run
         self.rng = random.Random(seed)
         self.local_steps = prof.search.sampler == "tpe"
         self.steps = Steps(prof, hooks.repairs, self.rng, hooks.gpu_sm)
@@ -88,7 +89,7 @@ class SearchLoop:
                 lock.release()
 
     def search(self, n_trials: int) -> None:
-        dup_run = veto_run = infra_run = 0
+        dup_run = veto_run = 0
         while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
             optuna.storages.fail_stale_trials(self.study)
             self._maybe_local_step()
@@ -98,11 +99,7 @@ class SearchLoop:
                 continue
             veto_run = 0
             outcome = self.run_one(trial)
-            if outcome != "duplicate":
-                infra_run = infra_run + 1 if self.last_infra is not None else 0
-            if infra_run >= RETIRE_AFTER_INFRA:
-                self.stats.retired = True
-                self.emit("slot_retired", slot=self.host_key, reason=self.last_infra)
+            if self.stats.retired:                 # the one slot is out of the run: retrying would loop forever
                 return
             dup_run = dup_run + 1 if outcome == "duplicate" else 0
             if dup_run >= MAX_DUPLICATES and not self._step_off():
@@ -178,7 +175,20 @@ class SearchLoop:
         self.state.set(trial.number)
         result = self.evaluate(trial, params, role, pruner, self.hooks.evaluate)
         self.state.clear()
+        if self._retires(self.host_key, result):
+            self.stats.retired = True
         return self.finish(trial, params, role, result, pruner)
+
+    def _retires(self, key: str, result: TrialResult) -> bool:
+        """Counts slot `key`'s infra results in a row; True, with `slot_retired` emitted, when they reach
+        RETIRE_AFTER_INFRA: a slot whose host fails every launch (its port held by a stranger, its GPUs dirty,
+        the engine gone from its interpreter) would eat every config."""
+        self.infra_run[key] = self.infra_run.get(key, 0) + 1 if is_infra(result) else 0
+        if self.infra_run[key] < RETIRE_AFTER_INFRA:
+            return False
+        self.retired_why = (result.crash.message or result.crash.signature) if result.crash else "infra fault"
+        self.emit("slot_retired", slot=key, reason=self.retired_why)
+        return True
 
     def begin(self, trial: optuna.trial.Trial) -> tuple[dict[str, Any], str] | None:
         """The trial's params and role, announced; None for a duplicate proposal (told without running)."""
@@ -196,8 +206,6 @@ class SearchLoop:
                pruner: Any) -> str:
         verdict = judge(result, self.prof, int(trial.user_attrs.get("infra_tries", 0)),
                         int(trial.user_attrs.get("flaky_tries", 0)))
-        self.last_infra = ((result.crash.message or result.crash.signature) if result.crash else "infra fault") \
-            if is_infra(result) else None
         self.tell(trial, verdict)
         self.stats.evaluated += 1
         self.stats.saved_s += pruner.saved_s()

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from tunectl.search.feedback import is_infra
-from tunectl.search.loop import MAX_DUPLICATES, RETIRE_AFTER_INFRA, Hooks, SearchLoop
+from tunectl.search.loop import MAX_DUPLICATES, Hooks, SearchLoop
 from tunectl.search.sampler import MAX_VETOES
 from tunectl.search.steps import counted
 from tunectl.search.study import HostState, fail_running, queued
@@ -50,7 +49,6 @@ class ParallelLoop(SearchLoop):
         super().__init__(study, prof, hooks, keys[0], states[keys[0]], heartbeat_s=heartbeat_s, seed=seed)
         self.keys, self.states, self.evaluate_on = keys, states, evaluate_on
         self.free = list(keys)
-        self.infra_run = dict.fromkeys(keys, 0)        # a slot's infra results in a row
         self.flights: dict[Future[TrialResult], Flight] = {}
         self.pool = ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="tunectl-slot")
 
@@ -124,11 +122,8 @@ class ParallelLoop(SearchLoop):
             f = self.flights.pop(fut)
             result = fut.result()
             self.states[f.key].clear()
-            self.infra_run[f.key] = self.infra_run[f.key] + 1 if is_infra(result) else 0
-            if self.infra_run[f.key] < RETIRE_AFTER_INFRA:
+            if not self._retires(f.key, result):  # a retired slot takes no more trials: the others go on
                 self.free = [k for k in self.keys if k in self.free or k == f.key]
-            else:                                  # a broken slot would eat every config: the others go on
-                self.emit("slot_retired", slot=f.key, reason=result.crash.message if result.crash else "infra")
             self.finish(f.trial, f.params, f.role, result, f.pruner)
 
     @contextlib.contextmanager

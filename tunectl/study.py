@@ -78,14 +78,14 @@ def make_runner(prof: Profile) -> Any:
     return LocalRunner()
 
 
-def gpu_sm(prof: Profile, fp: dict[str, Any]) -> int | None:
+def gpu_sm(prof: Profile, gpu: str) -> int | None:
     """The GPU's compute capability x 10: the stand-in's card says it; a real host, by its GPU's model name
-    (the study's fingerprint; None when unknown or mixed)."""
+    (`identity.host_gpu`, as in the study's fingerprint; None when unknown or mixed)."""
     if prof.server.engine == "sim":
         from tunectl.sim.model import load_card
 
         return load_card(prof.server.sim.card).gpu.sm
-    return scopes.sm_of(str(fp.get("gpu", "")))
+    return scopes.sm_of(gpu)
 
 
 def backend_check(prof: Profile, runner: Any) -> Check:
@@ -95,7 +95,7 @@ def backend_check(prof: Profile, runner: Any) -> Check:
     from tunectl.search.space import baseline_params
 
     gpu = identity.host_gpu(prof, runner)[0]
-    sm = gpu_sm(prof, {"gpu": gpu})
+    sm = gpu_sm(prof, gpu)
     if sm is None:
         return Check("backends", True, f"{gpu}: compute capability not known to tunectl, no backend skipped")
     here = f"{gpu} (compute capability {sm // 10}.{sm % 10})"
@@ -255,7 +255,7 @@ def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: S
                           repairs=lambda sig, text: versions.resolve_repairs(repairs_for(sig, text),
                                                                              CATALOG_VERSION,
                                                                              prof.server.sglang_version),
-                          gpu_sm=gpu_sm(prof, fp))
+                          gpu_sm=gpu_sm(prof, str(fp.get("gpu", ""))))
             states = _resume(study, store, fleet, hooks, (before, n_trials))
             if evaluate is None:                 # the host's state, once this study's leftovers are gone
                 for host_prof, runner in fleet.hosts():
@@ -368,4 +368,4 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
         best=best, finalists=[v.to_dict() for v in verdicts], trials_to_best=to_best,
         exhausted=loop.stats.exhausted,
         stopped=(f"every slot ended {RETIRE_AFTER_INFRA} trials in a row as infra faults (the host, not the "
-                 f"config): {loop.last_infra or 'see the trials'}") if loop.stats.retired else None)
+                 f"config): {loop.retired_why}") if loop.stats.retired else None)

@@ -247,8 +247,8 @@ def test_kill_9_of_the_coordinator_with_four_in_flight_requeues_them_and_keeps_t
 
 def test_a_slot_whose_launches_keep_failing_is_retired_and_the_others_go_on(tmp_path: Path) -> None:
     from tunectl.models import CrashInfo, TrialResult
-    from tunectl.search.loop import Hooks
-    from tunectl.search.parallel import RETIRE_AFTER_INFRA, ParallelLoop
+    from tunectl.search.loop import RETIRE_AFTER_INFRA, Hooks
+    from tunectl.search.parallel import ParallelLoop
     from tunectl.search.sampler import make_sampler
     from tunectl.search.steps import finished
     from tunectl.search.study import HostState

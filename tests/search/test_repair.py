@@ -234,15 +234,24 @@ def test_a_startup_capture_oom_is_repaired_not_banned(tmp_path: Path) -> None:
     assert repair.params["cuda-graph-max-bs"] == 512 and "crash_class" not in repair.user_attrs
 
 
+def trial(n: int, value: float, attrs: dict[str, Any], **params: Any) -> optuna.trial.FrozenTrial:
+    """A finished search trial as the study holds it (every value as a choice of its own)."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    t = create_trial(params=params, distributions={k: CategoricalDistribution([v]) for k, v in params.items()},
+                     value=value, user_attrs={"role": "search", **attrs})
+    t.number = n
+    return t
+
+
 def _trial(n: int, crashed: bool, repair_of: int | None = None) -> optuna.trial.FrozenTrial:
-    attrs: dict[str, Any] = {"role": "search"}
+    attrs: dict[str, Any] = {}
     if crashed:
         attrs.update(crash_class="oom", crash_phase="startup")
     if repair_of is not None:
         attrs.update(proposed_by="repair", repair_of=repair_of)
-    t = optuna.trial.create_trial(value=0.0 if crashed else 100.0, user_attrs=attrs)
-    t.number = n
-    return t
+    return trial(n, 0.0 if crashed else 100.0, attrs)
 
 
 def test_a_repair_that_crashes_again_counts_toward_the_crash_it_started_from() -> None:
@@ -306,20 +315,7 @@ def test_a_soft_move_that_lost_is_not_proposed_again_from_the_next_incumbent() -
     neither move again; a crash's own repairs, and moves that paid, stay."""
     import random
 
-    from optuna.distributions import CategoricalDistribution
-    from optuna.trial import create_trial
-
     from tunectl.search.steps import Steps, lost_moves
-
-    dists = {"max-running-requests": CategoricalDistribution([256, 512, 1024, 2048]),
-             "kv-cache-dtype": CategoricalDistribution(["auto", "fp8_e4m3"]),
-             "mem-fraction-static": CategoricalDistribution([0.85, 0.88])}
-
-    def trial(n: int, value: float, attrs: dict, **params) -> optuna.trial.FrozenTrial:
-        t = create_trial(params=params, distributions={k: dists[k] for k in params}, value=value,
-                         user_attrs={"role": "search", **attrs})
-        t.number = n
-        return t
 
     base = trial(0, 100.0, {}, **{"max-running-requests": 2048, "kv-cache-dtype": "auto"})
     lowered = trial(1, 90.0, {"proposed_by": "repair", "repair_of": 0},
@@ -388,23 +384,9 @@ def test_a_repair_step_that_crashed_at_startup_is_repaired_in_turn_whatever_the_
     not dropped: the gate on the model's rating is for crashes the search stumbled on."""
     import random
 
-    from optuna.distributions import CategoricalDistribution
-    from optuna.trial import create_trial
-
     from tunectl.search.steps import Steps
 
     prof = sim_profile()
-    space = prof.search.space
-    dists = {k: CategoricalDistribution(list(space[k].choices)) if space[k].choices else
-             CategoricalDistribution([False, True]) for k in ("disable-cuda-graph", "cuda-graph-max-bs",
-                                                             "mem-fraction-static")}
-
-    def trial(n: int, value: float, attrs: dict, **params: Any) -> optuna.trial.FrozenTrial:
-        t = create_trial(params=params, distributions={k: dists[k] for k in params}, value=value,
-                         user_attrs={"role": "search", **attrs})
-        t.number = n
-        return t
-
     def graphs(bs: int, mem: float) -> dict[str, Any]:
         return {"disable-cuda-graph": False, "cuda-graph-max-bs": bs, "mem-fraction-static": mem}
 
