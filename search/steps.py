@@ -113,27 +113,37 @@ def improved(done: list[FrozenTrial]) -> bool:
 def chain_start(t: FrozenTrial, by_number: dict[int, FrozenTrial]) -> int:
     """The config a chain of repairs started from: a repair that crashed in turn belongs to the chain of the
     config it repaired."""
+    return chain_key(t, by_number)[0]
+
+
+def chain_key(t: FrozenTrial, by_number: dict[int, FrozenTrial], reason: str = "") -> tuple[int, str]:
+    """(the config a chain of repairs started from, the evidence its first repair answered: `repair_for`, a crash
+    signature or a log hint). `reason`: what a repair of `t` would answer. One incumbent's log hints are separate
+    chains: a higher mem fraction for its full KV pool that crashed and was repaired does not spend the budget of
+    its graphs, which its log says are too small."""
     while (t.user_attrs.get("proposed_by") == "repair" and outcome(t) != "ok"
            and t.user_attrs.get("repair_of") in by_number):
+        reason = str(t.user_attrs.get("repair_for", ""))
         t = by_number[t.user_attrs["repair_of"]]
-    return t.number
+    return t.number, reason
 
 
-def repair_counts(done: list[FrozenTrial]) -> dict[int, int]:
-    """Repair steps run per chain (keyed by `chain_start` of the config each one repaired)."""
+def repair_counts(done: list[FrozenTrial]) -> dict[tuple[int, str], int]:
+    """Repair steps run per chain (keyed by `chain_key` of the config each one repaired)."""
     by_number = {t.number: t for t in done}
-    counts: dict[int, int] = {}
+    counts: dict[tuple[int, str], int] = {}
     for t in done:
         parent = by_number.get(t.user_attrs.get("repair_of"))       # type: ignore[arg-type]
         if t.user_attrs.get("proposed_by") == "repair" and parent is not None:
-            start = chain_start(parent, by_number)
-            counts[start] = counts.get(start, 0) + 1
+            key = chain_key(parent, by_number, str(t.user_attrs.get("repair_for", "")))
+            counts[key] = counts.get(key, 0) + 1
     return counts
 
 
-def in_flight_repairs(trials: list[FrozenTrial]) -> list[int]:
-    """The configs that repairs still running or queued repair."""
-    return [int(t.user_attrs["repair_of"]) for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)
+def in_flight_repairs(trials: list[FrozenTrial]) -> list[tuple[int, str]]:
+    """The configs that repairs still running or queued repair, with the evidence each answers."""
+    return [(int(t.user_attrs["repair_of"]), str(t.user_attrs.get("repair_for", ""))) for t in trials
+            if t.state in (TrialState.RUNNING, TrialState.WAITING)
             and t.user_attrs.get("proposed_by") == "repair" and "repair_of" in t.user_attrs]
 
 
@@ -194,7 +204,8 @@ class Steps:
         known = self.seen(done)
         repair = self._repair(done, seen, known, in_flight_repairs(trials))
         if repair is not None:
-            return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0]}
+            return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0],
+                               "repair_for": repair[2]}
         if self.turn % LOCAL_EVERY and not improved(done):
             return None
         best = fin.candidates(done)
@@ -226,7 +237,7 @@ class Steps:
         return self._risk[1]
 
     def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen],
-                pending: list[int]) -> tuple[int, dict[str, Any]] | None:
+                pending: list[tuple[int, str]]) -> tuple[int, dict[str, Any], str] | None:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
@@ -236,28 +247,29 @@ class Steps:
         gives (how much memory an OOM missed, how many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
         configs they repair; parallel trials) counted, and none for a config whose repair is in flight."""
         best = fin.candidates(done)
-        fixed = {t.user_attrs.get("repair_of") for t in best} | set(pending)
+        fixed = {t.user_attrs.get("repair_of") for t in best} | {n for n, _ in pending}
         base = base_values(self.prof)
         counts, by_number = repair_counts(done), {t.number: t for t in done}
-        for n in pending:
+        for n, why in pending:
             if n in by_number:
-                start = chain_start(by_number[n], by_number)
-                counts[start] = counts.get(start, 0) + 1
-        for t, fixes, bounds in self._to_repair(done, best[0] if best else None):
-            if t.number in fixed or counts.get(chain_start(t, by_number), 0) >= REPAIRS_PER_CRASH:
+                key = chain_key(by_number[n], by_number, why)
+                counts[key] = counts.get(key, 0) + 1
+        for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None):
+            if t.number in fixed or counts.get(chain_key(t, by_number, why), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
                 if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None \
                         and not scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
-                    return t.number, cand
+                    return t.number, cand, why
         return None
 
     def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None) -> list[
-            tuple[FrozenTrial, Any, dict[str, float]]]:
+            tuple[FrozenTrial, Any, dict[str, float], str]]:
+        """(config, its repairs, their bounds, the evidence they answer) in the order `_repair` tries them."""
         out = []
         for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0]):
-            out.append((t, self._fixes(t), {}))
+            out.append((t, self._fixes(t), {}, str(t.user_attrs.get("crash_signature", ""))))
         facts = incumbent.user_attrs.get("server_facts", {}) if incumbent is not None else {}
         top = max((st.concurrency for st in ladder_steps(incumbent.user_attrs.get("ladder")) if st.status == "ok"),
                   default=0) if incumbent is not None else 0
@@ -265,7 +277,8 @@ class Steps:
         lost = lost_moves(done)
         if incumbent is not None and facts.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
             fixes = [*pool_relief(self.prof.search, dict(incumbent.params)), *lookup(self.repairs, KV_PRESSURE)]
-            out.append((incumbent, self._unlost(fixes, lost), pool_bounds(facts, wl.input_len + wl.output_len)))
+            out.append((incumbent, self._unlost(fixes, lost), pool_bounds(facts, wl.input_len + wl.output_len),
+                        KV_PRESSURE))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
         if crashed and incumbent is not None and incumbent.values:
             model = Surrogate(self.prof.search, history(done, self.seen(done)), self.admission)
@@ -273,12 +286,14 @@ class Steps:
                 if t.user_attrs.get("proposed_by") == "repair" or \
                         model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
                     exc = str(t.user_attrs.get("crash_exception", ""))
-                    out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search)))
+                    out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search),
+                                str(t.user_attrs.get("crash_signature", ""))))
         if incumbent is not None:
             flags = knobs.merge(self.prof, dict(incumbent.params))[0]
             for fixes, bounds in log_hints(self.prof.search, dict(incumbent.params), flags, facts,
                                            wl.input_len + wl.output_len):
-                out.append((incumbent, self._unlost(fixes, lost), bounds))
+                out.append((incumbent, self._unlost(fixes, lost), bounds,
+                            "hint:" + ",".join(sorted({str(target) for target, _ in fixes}))))
         return out
 
     def _unlost(self, fixes: Sequence[tuple[str, Any]], lost: set[tuple[str, Any]]) -> list[tuple[str, Any]]:

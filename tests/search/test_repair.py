@@ -235,12 +235,13 @@ def test_a_startup_capture_oom_is_repaired_not_banned(tmp_path: Path) -> None:
 
 
 def trial(n: int, value: float, attrs: dict[str, Any], **params: Any) -> optuna.trial.FrozenTrial:
-    """A finished search trial as the study holds it (every value as a choice of its own)."""
+    """A finished search trial as the study holds it (every value as a choice of its own; a crash infeasible)."""
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import create_trial
 
     t = create_trial(params=params, distributions={k: CategoricalDistribution([v]) for k, v in params.items()},
-                     value=value, user_attrs={"role": "search", **attrs})
+                     value=value, user_attrs={"role": "search", **attrs},
+                     constraints={"crash": 1.0} if "crash_class" in attrs else None)
     t.number = n
     return t
 
@@ -260,7 +261,7 @@ def test_a_repair_that_crashes_again_counts_toward_the_crash_it_started_from() -
     done = [_trial(1, True), _trial(2, True, 1), _trial(3, True, 2), _trial(4, False, 1), _trial(5, True, 4)]
     by_number = {t.number: t for t in done}
     assert [chain_start(t, by_number) for t in done] == [1, 1, 1, 4, 4]
-    assert repair_counts(done) == {1: 3, 4: 1}
+    assert repair_counts(done) == {(1, ""): 3, (4, ""): 1}
 
 
 def test_repair_chains_stop_after_their_share_of_the_budget(tmp_path: Path) -> None:
@@ -276,7 +277,8 @@ def test_repair_chains_stop_after_their_share_of_the_budget(tmp_path: Path) -> N
     first = trials[1]
     assert first.user_attrs["crash_phase"] == "startup"
     assert trials[2].user_attrs["repair_of"] == first.number and trials[2].user_attrs["crash_phase"] == "startup"
-    assert repair_counts(trials)[first.number] == REPAIRS_PER_CRASH
+    assert trials[2].user_attrs["repair_for"] == first.user_attrs["crash_signature"]
+    assert repair_counts(trials)[(first.number, first.user_attrs["crash_signature"])] == REPAIRS_PER_CRASH
 
 
 def test_a_startup_phase_past_its_deadline_is_repaired_by_the_catalog(tmp_path: Path) -> None:
@@ -397,7 +399,37 @@ def test_a_repair_step_that_crashed_at_startup_is_repaired_in_turn_whatever_the_
                 **graphs(512, 0.88))
     steps = Steps(prof, crashes.repairs_for, random.Random(0))
     done = [*slow, incumbent, oom]
-    to_repair = [t.number for t, _, _ in steps._to_repair(done, incumbent)]
+    to_repair = [t.number for t, *_ in steps._to_repair(done, incumbent)]
     assert 4 in to_repair
     oom.user_attrs["proposed_by"] = "sampler"                # the same crash stumbled on: the model's gate holds
-    assert 4 not in [t.number for t, _, _ in steps._to_repair(done, incumbent)]
+    assert 4 not in [t.number for t, *_ in steps._to_repair(done, incumbent)]
+
+
+def test_one_log_hint_that_spent_its_repairs_leaves_the_incumbents_other_hints_their_own() -> None:
+    """The incumbent's log says two things: its KV pool was full (so a higher mem fraction) and its decode batches
+    outgrew the captured graphs (so a larger graph max bs). The higher fraction ran out of memory capturing graphs
+    and its repair served no more: that chain has had its two repair steps. The graphs hint is other evidence
+    and is proposed next (with one budget per incumbent it waited for a new incumbent: 20 trials on one card)."""
+    import random
+
+    from tunectl.search.steps import Steps, chain_key
+
+    prof = sim_profile()
+    params = {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": 128,
+              "mem-fraction-static": 0.88, "kv-cache-dtype": "fp8_e4m3"}
+    incumbent = trial(0, 100.0, {"server_facts": {"decode_bs_nograph_max": 400, "decode_queue_pool_full": 50}},
+                      **params)
+    higher = trial(1, 0.0, {"proposed_by": "repair", "repair_of": 0, "repair_for": "hint:mem-fraction-static",
+                            "crash_class": "config_error", "crash_phase": "startup",
+                            "crash_signature": "capture_cuda_graph_failed"}, **{**params, "mem-fraction-static": 0.92})
+    back = trial(2, 99.0, {"proposed_by": "repair", "repair_of": 1, "repair_for": "capture_cuda_graph_failed"},
+                 **{**params, "mem-fraction-static": 0.85})
+    done = [incumbent, higher, back]
+    by_number = {t.number: t for t in done}
+    assert repair_counts(done) == {(0, "hint:mem-fraction-static"): REPAIRS_PER_CRASH}
+    assert chain_key(higher, by_number, "capture_cuda_graph_failed") == (0, "hint:mem-fraction-static")
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    seen = {config_key(t.params) for t in done}
+    repaired, cand, why = steps._repair(done, seen, steps.seen(done), [])
+    assert (repaired, why) == (0, "hint:cuda-graph-max-bs")
+    assert {k: v for k, v in cand.items() if params.get(k) != v} == {"cuda-graph-max-bs": 512}
