@@ -6,9 +6,11 @@ import glob
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +94,54 @@ def test_the_readmes_postgresql_url_works_as_written(postgres: str, tmp_path: Pa
                          capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     assert optuna.load_study(study_name="readme-url", storage=postgres).trials
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_worker_killed_mid_trial_has_its_trial_taken_over_by_the_other(postgres: str, tmp_path: Path) -> None:
+    """kill -9 of one worker mid-trial: its trial stops beating, and the other worker (another host, same study)
+    fails it once the heartbeat is stale, runs its params again and finishes the budget; it leaves the dead worker's
+    server alone (another host's process group), which the dead worker's own rerun tears down."""
+    from tests.search.test_resume import harness, leftover, wait_for_trial
+    from tunectl.runners.hosts.local import LocalRunner
+    from tunectl.store import StudyStore
+
+    port = postgres.rsplit(":", 1)[1].split("/")[0]
+    subprocess.run(as_db_user([pg_bin("createdb") or "createdb", "-h", "127.0.0.1", "-p", port, "-U", "tunectl",
+                               "takeover"]), check=True, capture_output=True, timeout=60)
+    postgres = postgres.rsplit("/", 1)[0] + "/takeover"      # a database of its own: the study name is the harness's
+    budget, runner = 8, LocalRunner()
+    store_a = StudyStore(NAME, tmp_path / "a")
+    a = subprocess.Popen(harness(tmp_path / "a", budget, postgres, "0"), cwd=ROOT, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_trial(store_a, 2)
+        running = int(next((store_a.dir / "hosts").glob("*.json")).read_text())
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait(10)
+    finally:
+        if a.poll() is None:
+            a.kill()
+    orphan = leftover(store_a, running)
+    assert runner.group_processes(orphan)
+    time.sleep(3.5)                             # past the grace period (3 heartbeats of 1 s): the trial is stale
+    b = subprocess.run(harness(tmp_path / "b", budget, postgres, "1"), cwd=ROOT, capture_output=True, text=True,
+                       check=False, timeout=240)
+    assert b.returncode == 0, b.stderr[-2000:]
+
+    trials = optuna.load_study(study_name=NAME, storage=postgres).trials
+    killed = trials[running]
+    assert killed.state == TrialState.FAIL and killed.user_attrs.get("role") in ("search", "baseline")
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == running]
+    assert len(retry) == 1 and retry[0].params == killed.params
+    assert retry[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    assert host_of(retry[0]) != host_of(killed)          # the other worker ran it
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    searched = [t for t in trials if t.user_attrs.get("role") in ("search", "baseline")
+                and "duplicate_of" not in t.user_attrs and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(searched) == budget
+    assert runner.group_processes(orphan), "a worker never kills another host's server"
+
+    again = subprocess.run(harness(tmp_path / "a", budget, postgres, "0"), cwd=ROOT, capture_output=True, text=True,
+                           check=False, timeout=240)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not runner.group_processes(orphan), "the dead worker's rerun tears its own server down"
