@@ -6,7 +6,6 @@ import glob
 import itertools
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -102,7 +101,7 @@ def test_a_worker_killed_mid_trial_has_its_trial_taken_over_by_the_other(postgre
     """kill -9 of one worker mid-trial: its trial stops beating, and the other worker (another host, same study)
     fails it once the heartbeat is stale, runs its params again and finishes the budget; it leaves the dead worker's
     server alone (another host's process group), which the dead worker's own rerun tears down."""
-    from tests.search.test_resume import harness, leftover, wait_for_trial
+    from tests.search.test_resume import harness, kill_9_at_trial, leftover
     from tunectl.runners.hosts.local import LocalRunner
     from tunectl.store import StudyStore
 
@@ -112,15 +111,7 @@ def test_a_worker_killed_mid_trial_has_its_trial_taken_over_by_the_other(postgre
     postgres = postgres.rsplit("/", 1)[0] + "/takeover"      # a database of its own: the study name is the harness's
     budget, runner = 8, LocalRunner()
     store_a = StudyStore(NAME, tmp_path / "a")
-    a = subprocess.Popen(harness(tmp_path / "a", budget, postgres, "0"), cwd=ROOT, stdout=subprocess.DEVNULL)
-    try:
-        wait_for_trial(store_a, 2)
-        running = int(next((store_a.dir / "hosts").glob("*.json")).read_text())
-        os.kill(a.pid, signal.SIGKILL)
-        a.wait(10)
-    finally:
-        if a.poll() is None:
-            a.kill()
+    running = kill_9_at_trial(store_a, harness(tmp_path / "a", budget, postgres, "0"), 2)
     orphan = leftover(store_a, running)
     assert runner.group_processes(orphan)
     time.sleep(3.5)                             # past the grace period (3 heartbeats of 1 s): the trial is stale

@@ -52,18 +52,24 @@ def wait_for_trial(store: StudyStore, n: int, limit: float = 60.0) -> None:
     raise AssertionError(f"trial {n} never started")
 
 
-@pytest.mark.slow
-def test_kill_9_mid_trial_then_rerun_resumes(tmp_path: Path) -> None:
-    store = StudyStore(NAME, tmp_path)
-    proc = subprocess.Popen(harness(tmp_path, 8), cwd=ROOT)
+def kill_9_at_trial(store: StudyStore, argv: list[str], n: int) -> int:
+    """Start the harness, kill -9 it once trial `n` or later has started; the trial it was running."""
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL)
     try:
-        wait_for_trial(store, 4)
+        wait_for_trial(store, n)
         running = int(next((store.dir / "hosts").glob("*.json")).read_text())
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return running
+
+
+@pytest.mark.slow
+def test_kill_9_mid_trial_then_rerun_resumes(tmp_path: Path) -> None:
+    store = StudyStore(NAME, tmp_path)
+    running = kill_9_at_trial(store, harness(tmp_path, 8), 4)
     storage = f"sqlite:///{store.dir / 'study.db'}"
     before = {t.number: t.values for t in optuna.load_study(study_name=NAME, storage=storage).trials
               if t.state == TrialState.COMPLETE}
