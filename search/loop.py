@@ -216,15 +216,15 @@ class SearchLoop:
 
     def pruner(self, trial: optuna.trial.Trial, role: str) -> Any:
         planned = [(w.label, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
-        pruner = make_pruner(self.prof.search.pruning, self.study, trial if role == "search" else None, planned)
-        weights = self.prof.objective.weights
+        cfg, weights = self.prof.search.pruning, self.prof.objective.weights
+        only = None
         if role != "search" or self.prof.objective.mode == "goodput" or self.prof.bench.rates or len(weights) > 1:
             # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder; a
             # weighted sum over workloads is not known level by level
-            pruner.cfg = pruner.cfg.model_copy(update={"enabled": False})
+            cfg = cfg.model_copy(update={"enabled": False})
         elif weights:
-            pruner.only = dict(weights)
-        return pruner
+            only = dict(weights)
+        return make_pruner(cfg, self.study, trial if role == "search" else None, planned, only)
 
     def evaluate(self, trial: optuna.trial.Trial, params: dict[str, Any], role: str, pruner: Any,
                  evaluate: Evaluate) -> TrialResult:

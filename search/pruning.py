@@ -87,7 +87,7 @@ class LadderPruner:
     """One per trial: `should_prune` is handed to the trial engine and called after every level."""
 
     def __init__(self, cfg: Pruning, trials: list[FrozenTrial], trial: optuna.trial.Trial | None = None,
-                 planned: list[LevelKey] | None = None):
+                 planned: list[LevelKey] | None = None, only: dict[str, float] | None = None):
         self.cfg = cfg
         self.best = best_per_level(trials)
         self.bounds = scaling_bounds(trials)
@@ -103,7 +103,7 @@ class LadderPruner:
         self.evidence: dict[str, Any] = {}
         # `objective.weights` with one workload: only its levels compare with the incumbent, scaled by its weight
         # (a workload the objective leaves out, or the sum of several, says nothing level by level)
-        self.only: dict[str, float] | None = None
+        self.only = only
 
     def __call__(self, lv: LevelResult) -> bool:
         return self.should_prune(lv)
@@ -153,7 +153,7 @@ class LadderPruner:
 
 
 def make_pruner(cfg: Pruning, study: optuna.Study, trial: optuna.trial.Trial | None,
-                planned: list[LevelKey]) -> LadderPruner:
+                planned: list[LevelKey], only: dict[str, float] | None = None) -> LadderPruner:
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     reporting = trial if len(study.directions) == 1 else None   # Optuna reports single-objective only
-    return LadderPruner(cfg, trials, reporting, planned)
+    return LadderPruner(cfg, trials, reporting, planned, only)

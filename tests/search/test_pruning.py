@@ -114,9 +114,8 @@ def test_a_weighted_workload_is_compared_to_the_incumbent_at_its_weight() -> Non
         t.set_constraint("crash", 0.0)
         study.tell(t, 2 * max(ladder))
     fell = [40, 300, 1800, 200, 100]
-    weighted = LadderPruner(Pruning(min_levels=3, margin=0.5), study.trials, planned=PLANNED)
-    weighted.only = {"random": 2.0}
+    weighted = LadderPruner(Pruning(min_levels=3, margin=0.5), study.trials, planned=PLANNED, only={"random": 2.0})
     assert walk(weighted, fell) is None
-    unweighted = LadderPruner(Pruning(min_levels=3, margin=0.5), study.trials, planned=PLANNED)
-    unweighted.only = {"random": 1.0}
+    unweighted = LadderPruner(Pruning(min_levels=3, margin=0.5), study.trials, planned=PLANNED,
+                              only={"random": 1.0})
     assert walk(unweighted, fell) == 256
