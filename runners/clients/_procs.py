@@ -2,18 +2,23 @@
 
 Workers come from a fork server (the caller has threads, so no plain fork; the server is started once per
 process with the client modules preloaded, so later levels start their workers in milliseconds), wait on a
-barrier so they start together, and send
-back their `ShareResult`; times are `perf_counter` (CLOCK_MONOTONIC, common to all processes) or the server's
-clock (the stand-in's stamps), common to all of them either way, so the parent merges records directly. The parent turns `abort` into a shared event the workers poll, and a worker that dies
-counts its requests as failed; after an abort, workers that do not answer
-within ABORT_GRACE_S are killed, so a level ends within about a second of a crash.
+barrier so they start together, and send back their `ShareResult`; times are `perf_counter` (CLOCK_MONOTONIC,
+common to all processes) or the server's clock (the stand-in's stamps), common to all of them either way, so the
+parent merges records directly. The parent turns `abort` into a shared event the workers poll, and a worker that
+dies counts its requests as failed; after an abort, workers that do not answer within ABORT_GRACE_S are killed,
+so a level ends within about a second of a crash. A worker whose parent is gone (kill -9 of tunectl mid-level)
+exits at once (`_orphan_guard`): it would otherwise wait on the server until its request timeout, or forever
+putting its result into a queue nobody reads, and keep the fork server alive with it.
 """
 from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import queue
+import select
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -28,10 +33,40 @@ _CTX.set_forkserver_preload(["tunectl.runners.clients._share", "tunectl.runners.
 ABORT_GRACE_S = 0.5         # after an abort, workers that have not answered by then are killed
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _orphan_guard(parent: int) -> None:
+    """Exit this process as soon as `parent` (the process running the level) is gone. The fork server, not the
+    parent, is this process's parent, so PR_SET_PDEATHSIG would not fire; a pidfd says when the parent exits
+    (Linux 5.3+), else a poll once a second."""
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(parent)
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])                  # readable once the process has exited
+        else:
+            while _alive(parent):
+                time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="orphan-guard").start()
+
+
 def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStream, conc: int, barrier: Any,
             stop: Any, counters: Any, results: Any, enough: Any, cycles: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
-    base_url, backend, model, timeout_s, scale, streams, level = args
+    base_url, backend, model, timeout_s, scale, streams, level, parent = args
+    _orphan_guard(parent)
     view = _Slot(counters, idx)
     on_cycle = None
     if cycles is not None:
@@ -86,9 +121,10 @@ def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt]
     counters = _CTX.RawArray("q", 4 * procs)
     parts = _stream_split(prompts, concurrency, procs) if isinstance(prompts, PromptStream) else \
         _split(prompts, concurrency, procs)
+    shared = (base_url, backend, model, timeout_s, time_scale, concurrency, level, os.getpid())
     workers = [_CTX.Process(target=_worker, daemon=True, name=f"bench-{i}",
-                            args=(i, (base_url, backend, model, timeout_s, time_scale, concurrency, level), part, conc, barrier, stop, counters,
-                                  results, enough, cycles)) for i, (part, conc) in enumerate(parts)]
+                            args=(i, shared, part, conc, barrier, stop, counters, results, enough, cycles))
+               for i, (part, conc) in enumerate(parts)]
     for w in workers:
         w.start()
     report = _Reporter(progress, counters, count_requests(prompts) if isinstance(prompts, list) else 0)
