@@ -185,13 +185,17 @@ def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any],
         if pool is None or pool > running:
             out.append(([(MAX_RUNNING, RAISE)], {MAX_RUNNING: min(want, pool) if pool else want}))
     if facts.get("decode_queue_pool_full"):
-        out.append(([*pool_relief(search, params), (MEM_FRACTION, RAISE)], {}))
+        out.append(([*pool_relief(search, params, facts), (MEM_FRACTION, RAISE)], {}))
     return out
 
 
-def pool_relief(search: SearchSpec, params: dict[str, Any]) -> list[tuple[str, Any]]:
+def pool_relief(search: SearchSpec, params: dict[str, Any],
+                facts: dict[str, float] | None = None) -> list[tuple[str, Any]]:
     """A KV pool that holds the batch back: an FP8 KV cache (half the bytes per token, twice the requests), where
-    the space has an FP8 choice (fp8_e4m3, fp8_e5m2) and the config runs another."""
+    the space has an FP8 choice (fp8_e4m3, fp8_e5m2) and the config runs another; not where the server's log says
+    its pool is 8-bit already (`kv_cache_bits`: `auto` resolves to FP8 for some checkpoints and GPUs)."""
+    if (facts or {}).get("kv_cache_bits", 16) <= 8:
+        return []
     kv = knob_value(search, params, KV_DTYPE)
     fp8 = next((c for name, spec in search.space.items() if drives(name, spec, KV_DTYPE)
                 for c in spec.choices or () if isinstance(c, str) and c.startswith("fp8")), None)

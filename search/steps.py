@@ -276,7 +276,8 @@ class Steps:
         wl = self.prof.bench.workloads[0]
         lost = lost_moves(done)
         if incumbent is not None and facts.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
-            fixes = [*pool_relief(self.prof.search, dict(incumbent.params)), *lookup(self.repairs, KV_PRESSURE)]
+            fixes = [*pool_relief(self.prof.search, dict(incumbent.params), facts),
+                     *lookup(self.repairs, KV_PRESSURE)]
             out.append((incumbent, self._unlost(fixes, lost), pool_bounds(facts, wl.input_len + wl.output_len),
                         KV_PRESSURE))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]

@@ -144,6 +144,22 @@ def test_a_full_pool_asks_for_fp8_kv_then_a_larger_pool() -> None:
     assert hint_moves(facts_of_lines(RAMP_LINE), params) == []                      # queued while prefilling
 
 
+def test_a_pool_the_log_says_is_fp8_already_gets_a_larger_pool_not_fp8_kv() -> None:
+    """`--kv-cache-dtype auto` resolves to FP8 for some checkpoints and GPUs; SGLang 0.5.17 names the pool's dtype
+    (`KV Cache is allocated. dtype: torch.float8_e4m3fn`): a full FP8 pool asks for a larger pool only, not for the
+    FP8 KV it already has. The real H200 log's BF16 pool reads 16 bits; 0.5.9's line, without a dtype, nothing."""
+    assert facts_of(LOGS / "server-graphs-on.log")["kv_cache_bits"] == 16
+    params = {**PARAMS, "cuda-graph-max-bs": 512, "max-running-requests": 1024}
+    fp8_pool = facts_of_lines("[2026-12-02 16:10:33] KV Cache is allocated. dtype: torch.float8_e4m3fn, "
+                              "#tokens: 610000, K size: 10.0 GB, V size: 10.0 GB", POOL_FULL_LINE)
+    assert fp8_pool["kv_cache_bits"] == 8
+    (larger,) = hint_moves(fp8_pool, params)
+    assert list(larger) == ["mem-fraction-static"]
+    no_dtype = facts_of_lines("[2026-12-02 16:10:33] KV Cache is allocated. #tokens: 610000, K size: 10.0 GB, "
+                              "V size: 10.0 GB", POOL_FULL_LINE)
+    assert "kv_cache_bits" not in no_dtype and hint_moves(no_dtype, params)[0] == {"kv-cache-dtype": "fp8_e4m3"}
+
+
 def test_a_baseline_whose_kv_pool_was_full_gets_fp8_kv_next(tmp_path: Path) -> None:
     """The L40S card: weights fill two thirds of the GPU and SGLang's default BF16 pool holds fewer requests than
     the ladder sends. The baseline's own log shows the pool full with requests queued (and retracted); the loop's

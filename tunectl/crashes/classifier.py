@@ -69,6 +69,7 @@ _FACTS = re.compile(r"\b(max_total_num_tokens|chunked_prefill_size|max_prefill_t
 _PROGRESS = re.compile(r"\b(Prefill|Decode) batch[,.]")
 _FREE_GB = re.compile(r"available_gpu_mem=([\d.]+) GB")
 _RETRACTED = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
+_KV_DTYPE = re.compile(r"KV Cache is allocated\. dtype: torch\.(\w+)")
 _GEN_RATE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 _DECODE_STATE = re.compile(r"#running-req: (\d+),.*cuda graph: (True|False)\b.*#queue-req: (\d+)")
 _TOKEN_USAGE = re.compile(r"token usage: ([\d.]+)")
@@ -76,6 +77,15 @@ _TOKEN_USAGE = re.compile(r"token usage: ([\d.]+)")
 # ramp the queue waits for prefill with the pool nearly empty).
 POOL_FULL = 0.85
 _EXIT_CRASH = {137, -9, 134, -6, 139, -11, 1}
+
+
+def _kv_bits(line: str) -> int | None:
+    """Bits per element of the KV pool, from `KV Cache is allocated. dtype: torch.float8_e4m3fn, ...`."""
+    m = _KV_DTYPE.search(line)
+    if not m:
+        return None
+    dtype = m.group(1)
+    return 8 if dtype.startswith("float8") else 16 if dtype in ("bfloat16", "float16") else None
 
 
 def _exception_line(block: list[str]) -> str:
@@ -279,6 +289,9 @@ class LogWatcher:
             m = re.search(r"#tokens: (\d+)", line)
             if m:
                 self.facts.setdefault("kv_tokens", int(m.group(1)))
+            bits = _kv_bits(line)             # SGLang 0.5.17+ names the pool's dtype; 0.5.9 does not
+            if bits:
+                self.facts.setdefault("kv_cache_bits", bits)
 
     def _decode_state(self, line: str) -> None:
         """What the decode lines say about the batch: the largest one (`decode_bs_max`), the largest that ran
