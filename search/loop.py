@@ -20,7 +20,16 @@ from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params, snap
 from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
 from tunectl.search.steps import Steps, counted, finished
-from tunectl.search.study import HOST_ATTR, Heartbeat, HostState, WorkerLock, fail_running, queued, requeue
+from tunectl.search.study import (
+    HOST_ATTR,
+    Heartbeat,
+    HostState,
+    WorkerLock,
+    fail_running,
+    fail_stale,
+    queued,
+    requeue,
+)
 
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
@@ -91,7 +100,7 @@ class SearchLoop:
     def search(self, n_trials: int) -> None:
         dup_run = veto_run = 0
         while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
-            optuna.storages.fail_stale_trials(self.study)
+            fail_stale(self.study)
             self._maybe_local_step()
             trial = self._ask()
             if veto_run < MAX_VETOES and self._veto(trial):
@@ -322,7 +331,7 @@ class SearchLoop:
     def drain(self) -> None:
         """Run what is queued (the finalists' reruns)."""
         while self._waiting():
-            optuna.storages.fail_stale_trials(self.study)
+            fail_stale(self.study)
             trial = self._ask()
             if not queued(trial):
                 trial.set_user_attr("unused", True)      # the queue emptied under us: give the slot back

@@ -25,7 +25,7 @@ import optuna
 from tunectl.search.loop import MAX_DUPLICATES, Hooks, SearchLoop
 from tunectl.search.sampler import MAX_VETOES
 from tunectl.search.steps import counted
-from tunectl.search.study import HostState, fail_running, queued
+from tunectl.search.study import HostState, fail_running, fail_stale, queued
 
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
@@ -64,7 +64,7 @@ class ParallelLoop(SearchLoop):
         with self._interruptible():
             while True:
                 while self.free and more():
-                    optuna.storages.fail_stale_trials(self.study)
+                    fail_stale(self.study)
                     self._maybe_local_step()
                     trial = self._ask(self.free[0])
                     if veto_run < MAX_VETOES and self._veto(trial):
@@ -91,7 +91,7 @@ class ParallelLoop(SearchLoop):
         with self._interruptible():
             while True:
                 while self.free and self._waiting():
-                    optuna.storages.fail_stale_trials(self.study)
+                    fail_stale(self.study)
                     trial = self._ask(self.free[0])
                     if not queued(trial):
                         trial.set_user_attr("unused", True)

@@ -28,6 +28,7 @@ from tunectl.search.repair import (
 )
 from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
 from tunectl.search.space import base_values, config_key
+from tunectl.search.study import host_of
 from tunectl.search.surrogate import Admission, History, Surrogate, startup_risk
 
 from tunectl import knobs, scopes
@@ -171,9 +172,11 @@ def admission(prof: Profile) -> Admission | None:
 
 
 def counted(t: FrozenTrial) -> bool:
-    """Trials that use the search budget: search/baseline, not duplicates, not failed attempts."""
+    """Trials that use the search budget: search/baseline, not duplicates, not failed attempts, not a RUNNING trial
+    no host claimed (its worker died right after the ask: `fail_hostless` queues it again)."""
     return (fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
-            and t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING))
+            and t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+            and not (t.state == TrialState.RUNNING and host_of(t) is None))
 
 
 def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:

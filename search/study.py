@@ -7,11 +7,14 @@
   FAIL and its params are queued again.
 - Ownership: one worker per host. A lock held for the worker's life (a PostgreSQL advisory lock on a held
   connection, else an flock): both vanish with the process, kill -9 included. Holding it means every RUNNING trial
-  recorded for this host is an orphan of a dead worker: its server is torn down and its params re-queued.
+  recorded for this host is an orphan of a dead worker: its server is torn down and its params re-queued. A
+  RUNNING trial no host claimed (its worker died between the ask and naming the host) is failed and re-queued on
+  resume and before each ask (`fail_hostless`).
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import hashlib
 import os
@@ -57,12 +60,13 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.Ba
 
 
 def requeue(study: optuna.Study, t: FrozenTrial, reason: str, **bump: int) -> None:
-    """Queue the same params again, keeping the trial's role and retry counters."""
+    """Queue the same params again, keeping the trial's role and retry counters (a queued trial's params as they
+    were queued, where it ended before drawing them)."""
     attrs = {k: t.user_attrs[k] for k in RETRY_KEEP if k in t.user_attrs}
     for k, inc in bump.items():
         attrs[k] = int(attrs.get(k, 0)) + inc
     attrs.update(retry_of=t.number, retry_reason=reason)
-    study.enqueue_trial(dict(t.params), user_attrs=attrs)
+    study.enqueue_trial({**t.system_attrs.get("fixed_params", {}), **t.params}, user_attrs=attrs)
 
 
 def fail_running(study: optuna.Study, t: FrozenTrial) -> bool:
@@ -196,6 +200,29 @@ class HostState:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+HOSTLESS_AGE_S = 1.0   # a live worker records its trial's host within milliseconds of the ask
+
+
+def fail_hostless(study: optuna.Study, min_age_s: float = HOSTLESS_AGE_S) -> list[int]:
+    """FAIL RUNNING trials no host ever claimed, their params (those drawn, a queued trial's attributes) queued
+    again: the worker that asked for them died between the ask and recording the host (`SearchLoop._ask`), so no
+    resume finds them by host, no heartbeat marks them stale, and the budget would count them forever. Only those
+    older than `min_age_s` (another worker's ask in progress is not an orphan). Returns their numbers."""
+    now, out = datetime.datetime.now(), []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if host_of(t) is None and t.datetime_start is not None and \
+                (now - t.datetime_start).total_seconds() >= min_age_s and fail_running(study, t):
+            requeue(study, t, "worker died before it recorded the trial's host")
+            out.append(t.number)
+    return out
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """Before each ask: trials whose worker stopped beating (`fail_stale_trials`), and trials no host claimed."""
+    optuna.storages.fail_stale_trials(study)
+    fail_hostless(study)
 
 
 def recover(study: optuna.Study, host_key: str, state: HostState,

@@ -31,6 +31,7 @@ from tunectl.search.study import (
     HostState,
     WorkerLock,
     default_storage_url,
+    fail_hostless,
     host_of,
     open_storage,
     recover,
@@ -316,6 +317,7 @@ def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
     for key in fleet.keys:
         states[key] = HostState(store.dir / "hosts", key)
         recovered += recover(study, key, states[key], fleet.cleanup_for(key))
+    recovered += fail_hostless(study)             # asked by a worker that died before it named the host
     for n in recovered:
         close_interrupted(store, n, study)
     if hooks.on_event:

@@ -101,7 +101,7 @@ def test_two_hosts_two_slots_each_one_study_one_report_and_kill_9(tmp_path: Path
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, (res.output[-3000:], res.exception)
     out = json.loads(res.stdout[res.stdout.index("{"):])
-    assert out["trials"] == 6
+    assert out["trials"] == 6, res.output[-3000:]
     trials = optuna.load_study(study_name="two", storage=storage).trials
     assert {n: trials[n].values for n in kept} == kept                          # nothing finished is lost
     for n in in_flight:                                                         # each re-queued, run again

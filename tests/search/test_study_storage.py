@@ -47,3 +47,47 @@ def test_bad_storage_urls_are_one_line(tmp_path: Path) -> None:
         lines = res.stderr.strip().splitlines()
         assert res.returncode == code and len(lines) == 1 and said in lines[0], (url, res.stderr)
         assert "pw" not in res.stderr                     # the password never printed
+
+
+def test_a_trial_no_host_claimed_is_failed_and_queued_again(tmp_path: Path) -> None:
+    """A worker killed between the ask and recording the trial's host leaves a RUNNING trial no resume finds by
+    host and no heartbeat marks stale; the budget counted it forever (a 6-trial search ended with 5). It is failed
+    and its params queued again, once older than a live worker's ask takes; a trial with a host is left alone."""
+    from tunectl.search.steps import counted
+    from tunectl.search.study import HOST_ATTR, fail_hostless
+
+    storage = open_storage(default_storage_url(tmp_path), heartbeat_s=1)
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study.enqueue_trial({"max-running-requests": 256}, user_attrs={"role": "search", "proposed_by": "repair"})
+    orphan = study.ask()                                    # the queued trial, popped; its worker died here
+    owned = study.ask()
+    owned.set_user_attr(HOST_ATTR, "local:0")
+    assert fail_hostless(study, min_age_s=60) == []          # too young: maybe another worker's ask in progress
+    running = study.get_trials(deepcopy=False)
+    assert not counted(running[orphan.number]) and counted(running[owned.number])
+    time.sleep(0.1)
+    assert fail_hostless(study, min_age_s=0.05) == [orphan.number]
+    trials = study.get_trials(deepcopy=False)
+    assert trials[orphan.number].state == TrialState.FAIL and trials[owned.number].state == TrialState.RUNNING
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == orphan.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.WAITING
+    assert retry[0].user_attrs["role"] == "search" and retry[0].user_attrs["proposed_by"] == "repair"
+    nxt = study.ask()                                       # the retry, with the orphan's queued params
+    assert nxt.suggest_int("max-running-requests", 64, 2048, log=True) == 256
+
+
+def test_a_rerun_after_a_kill_right_after_the_ask_still_runs_the_whole_budget(tmp_path: Path) -> None:
+    from tests.search.conftest import make_profile
+    from tunectl.study import run_search
+    from tunectl.virtual import VirtualEvaluator
+
+    prof = make_profile(search__finalists={"top_k": 0})
+    run_search(prof, trials=2, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    url = default_storage_url(tmp_path / prof.name)
+    orphan = optuna.load_study(study_name=prof.name, storage=url).ask()     # asked, then the worker died
+    time.sleep(1.1)
+    out = run_search(prof, trials=4, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    assert out.trials == 4
+    trials = optuna.load_study(study_name=prof.name, storage=url).trials
+    assert trials[orphan.number].state == TrialState.FAIL
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
