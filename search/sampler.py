@@ -129,4 +129,3 @@ def neighbours(search: SearchSpec, incumbent: dict[str, Any], seen: set[str], rn
             models[gone] = Surrogate(search, [r for i, r in enumerate(history) if i not in gone], admission)
         out.append((-models[gone].score(cand), len(move), rng.random(), cand))
     return [c for *_, c in sorted(out, key=lambda x: x[:3])]
-

@@ -111,17 +111,12 @@ def improved(done: list[FrozenTrial]) -> bool:
     return bool(best) and best[0].number == last.number and last.user_attrs.get("proposed_by") in ("local", "repair")
 
 
-def chain_start(t: FrozenTrial, by_number: dict[int, FrozenTrial]) -> int:
-    """The config a chain of repairs started from: a repair that crashed in turn belongs to the chain of the
-    config it repaired."""
-    return chain_key(t, by_number)[0]
-
-
 def chain_key(t: FrozenTrial, by_number: dict[int, FrozenTrial], reason: str = "") -> tuple[int, str]:
     """(the config a chain of repairs started from, the evidence its first repair answered: `repair_for`, a crash
-    signature or a log hint). `reason`: what a repair of `t` would answer. One incumbent's log hints are separate
-    chains: a higher mem fraction for its full KV pool that crashed and was repaired does not spend the budget of
-    its graphs, which its log says are too small."""
+    signature or a log hint). A repair that crashed in turn belongs to the chain of the config it repaired.
+    `reason`: what a repair of `t` would answer. One incumbent's log hints are separate chains: a higher mem
+    fraction for its full KV pool that crashed and was repaired does not spend the budget of its graphs, which its
+    log says are too small."""
     while (t.user_attrs.get("proposed_by") == "repair" and outcome(t) != "ok"
            and t.user_attrs.get("repair_of") in by_number):
         reason = str(t.user_attrs.get("repair_for", ""))
@@ -247,8 +242,9 @@ class Steps:
         incumbent, or that were repair steps themselves (a hint from the server's log whose config crashed); the
         incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches above the captured
         graph sizes, requests queued at max-running-requests). Each repair once, with the bounds the server's log
-        gives (how much memory an OOM missed, how many requests the KV pool holds); at most REPAIRS_PER_CRASH per chain, the repairs in flight (`pending`: the
-        configs they repair; parallel trials) counted, and none for a config whose repair is in flight."""
+        gives (how much memory an OOM missed, how many requests the KV pool holds); at most REPAIRS_PER_CRASH per
+        chain (`chain_key`: per config and piece of evidence), the repairs in flight (`pending`: the configs they
+        repair and what for; parallel trials) counted, and none for a config whose repair is in flight."""
         best = fin.candidates(done)
         fixed = {t.user_attrs.get("repair_of") for t in best} | {n for n, _ in pending}
         base = base_values(self.prof)
@@ -257,7 +253,7 @@ class Steps:
             if n in by_number:
                 key = chain_key(by_number[n], by_number, why)
                 counts[key] = counts.get(key, 0) + 1
-        for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None):
+        for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known):
             if t.number in fixed or counts.get(chain_key(t, by_number, why), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
@@ -267,9 +263,10 @@ class Steps:
                     return t.number, cand, why
         return None
 
-    def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None) -> list[
+    def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None, known: list[Seen]) -> list[
             tuple[FrozenTrial, Any, dict[str, float], str]]:
-        """(config, its repairs, their bounds, the evidence they answer) in the order `_repair` tries them."""
+        """(config, its repairs, their bounds, the evidence they answer) in the order `_repair` tries them;
+        `known`: `seen(done)`."""
         out = []
         for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0]):
             out.append((t, self._fixes(t), {}, str(t.user_attrs.get("crash_signature", ""))))
@@ -285,7 +282,7 @@ class Steps:
                         KV_PRESSURE))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
         if crashed and incumbent is not None and incumbent.values:
-            model = Surrogate(self.prof.search, history(done, self.seen(done)), self.admission)
+            model = Surrogate(self.prof.search, history(done, known), self.admission)
             for t in sorted(crashed, key=lambda t: -t.number):
                 if t.user_attrs.get("proposed_by") == "repair" or \
                         model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:

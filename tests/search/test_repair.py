@@ -16,7 +16,7 @@ from tunectl.profile import default_profile_path, load_profile
 from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
 from tunectl.search.repair import LOWER, RAISE, drives, repair_moves
 from tunectl.search.space import baseline_params, config_key, try_first_params
-from tunectl.search.steps import REPAIRS_PER_CRASH, chain_start, repair_counts
+from tunectl.search.steps import REPAIRS_PER_CRASH, chain_key, repair_counts
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
 
@@ -260,7 +260,7 @@ def test_a_repair_that_crashes_again_counts_toward_the_crash_it_started_from() -
     served; the KV-pressure repair 5 of the served 4 starts a chain of its own."""
     done = [_trial(1, True), _trial(2, True, 1), _trial(3, True, 2), _trial(4, False, 1), _trial(5, True, 4)]
     by_number = {t.number: t for t in done}
-    assert [chain_start(t, by_number) for t in done] == [1, 1, 1, 4, 4]
+    assert [chain_key(t, by_number)[0] for t in done] == [1, 1, 1, 4, 4]
     assert repair_counts(done) == {(1, ""): 3, (4, ""): 1}
 
 
@@ -399,10 +399,10 @@ def test_a_repair_step_that_crashed_at_startup_is_repaired_in_turn_whatever_the_
                 **graphs(512, 0.88))
     steps = Steps(prof, crashes.repairs_for, random.Random(0))
     done = [*slow, incumbent, oom]
-    to_repair = [t.number for t, *_ in steps._to_repair(done, incumbent)]
+    to_repair = [t.number for t, *_ in steps._to_repair(done, incumbent, steps.seen(done))]
     assert 4 in to_repair
     oom.user_attrs["proposed_by"] = "sampler"                # the same crash stumbled on: the model's gate holds
-    assert 4 not in [t.number for t, *_ in steps._to_repair(done, incumbent)]
+    assert 4 not in [t.number for t, *_ in steps._to_repair(done, incumbent, steps.seen(done))]
 
 
 def test_one_log_hint_that_spent_its_repairs_leaves_the_incumbents_other_hints_their_own() -> None:
@@ -412,7 +412,7 @@ def test_one_log_hint_that_spent_its_repairs_leaves_the_incumbents_other_hints_t
     and is proposed next (with one budget per incumbent it waited for a new incumbent: 20 trials on one card)."""
     import random
 
-    from tunectl.search.steps import Steps, chain_key
+    from tunectl.search.steps import Steps
 
     prof = sim_profile()
     params = {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": 128,
