@@ -20,8 +20,10 @@ from tunectl.profile import SearchSpec
 TPE_STARTUP = 6
 # Once LOCAL_AFTER trials are done, every LOCAL_EVERY-th trial is a step from the incumbent (the best feasible
 # config): one or two knobs changed, ranked by a ridge regression of the value on the knob values times the odds of
-# not being wasted. TPE alone is weak on 40-trial budgets where the best needs several knobs right at once; local
-# steps alone get stuck (bench/search_efficiency.py measured both).
+# not being wasted; once TPE_STARTUP trials are done, every trial is (the sampler proposes only when the loop has no
+# step: every neighbour run or vetoed). TPE alone is weak on 40-trial budgets where the best needs several knobs
+# right at once; local steps from the very start get stuck on the first incumbent; after the random start, TPE's
+# own proposals lost to the loop's steps on every card (bench/search_efficiency.py measured all three).
 LOCAL_EVERY = 2
 LOCAL_AFTER = 2
 # A sampler proposal whose startup-crash odds reach VETO_RISK is dropped unrun, at most MAX_VETOES times in a row.

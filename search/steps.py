@@ -193,7 +193,8 @@ class Steps:
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(params, user_attrs) to queue before the sampler's next proposal: a repair whenever a config that
         out-served the incumbent crashed with a signature the catalog can repair; a local step every
-        LOCAL_EVERY-th turn, and on every turn while the last local or repair step improved the incumbent."""
+        LOCAL_EVERY-th turn, and on every turn while the last local or repair step improved the incumbent or once
+        TPE_STARTUP trials are done (None: the sampler proposes)."""
         done = finished(trials)
         self.turn += 1
         if len(done) < LOCAL_AFTER:
@@ -204,7 +205,7 @@ class Steps:
         if repair is not None:
             return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0],
                                "repair_for": repair[2]}
-        if self.turn % LOCAL_EVERY and not improved(done):
+        if self.turn % LOCAL_EVERY and not improved(done) and len(done) < TPE_STARTUP:
             return None
         best = fin.candidates(done)
         if not best:
