@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -70,15 +71,18 @@ def _scalar_key(value: Any) -> str:
 class ValueModel:
     """Bayesian ridge on log throughput (knob effects multiply): predicts a mean and an uncertainty, and rates a
     candidate by the upper bound mean + EXPLORE x std, so columns the study has seen little of (a value never
-    served, an ordered knob far from where it was tried) get tried before re-probing known ones."""
+    served, an ordered knob far from where it was tried) get tried before re-probing known ones. `known`: configs
+    that ran without a value to fit (pruned on the ladder: clearly worse than the best, or unable to reach the
+    incumbent): they narrow the uncertainty of their values, not the mean, so a value tried only in pruned configs
+    (Triton attention, BF16 KV) is no longer rated as never tried, the most optimistic thing in the model."""
 
     def __init__(self, search: SearchSpec, rows: list[tuple[dict[str, Any], float]],
-                 admission: Admission | None = None):
+                 admission: Admission | None = None, known: Sequence[dict[str, Any]] = ()):
         self.search, self.admission = search, admission
         self.cols: dict[tuple[str, str], int] = {}
         self.ordered = {n for n, s in search.space.items() if ordered(s)}
         rows = [(p, v) for p, v in rows if v > 0]
-        for p, _ in rows:
+        for p in [p for p, _ in rows] + list(known):
             for col, _ in self.row(p):
                 self.cols.setdefault(col, len(self.cols))
         y = np.log(np.array([v for _, v in rows])) if rows else np.zeros(0)
@@ -87,8 +91,12 @@ class ValueModel:
         for i, (p, _) in enumerate(rows):
             for col, val in self.row(p):
                 x[i, self.cols[col]] = val
-        self.a_inv = np.linalg.inv(x.T @ x + RIDGE * np.eye(len(self.cols)))
-        self.w = self.a_inv @ x.T @ (y - self.mean)
+        self.w = np.linalg.inv(x.T @ x + RIDGE * np.eye(len(self.cols))) @ x.T @ (y - self.mean)
+        xk = np.zeros((len(known), len(self.cols)))
+        for i, p in enumerate(known):
+            for col, val in self.row(p):
+                xk[i, self.cols[col]] = val
+        self.a_inv = np.linalg.inv(x.T @ x + xk.T @ xk + RIDGE * np.eye(len(self.cols)))
         resid = (y - self.mean - x @ self.w) if rows else np.zeros(0)
         self.noise = max(float(np.mean(resid ** 2)) if rows else 0.0, NOISE_FLOOR)
 
@@ -160,7 +168,8 @@ class Surrogate:
     """Value x not-wasted for candidate configs, from one history."""
 
     def __init__(self, search: SearchSpec, history: History, admission: Admission | None = None):
-        self.value = ValueModel(search, [(p, v) for p, out, v in history if out == "ok"], admission)
+        self.value = ValueModel(search, [(p, v) for p, out, v in history if out == "ok"], admission,
+                                [p for p, out, _ in history if out == "pruned"])
         self.startup = Odds([(p, out == "startup") for p, out, _ in history if out != "explained"])
         self.load = Odds([(p, out in ("load", "pruned")) for p, out, _ in history
                           if out not in ("startup", "explained")])

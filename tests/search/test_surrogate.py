@@ -48,3 +48,22 @@ def test_admission_is_the_knob_that_caps_the_batch_and_the_ladders_top_level() -
     assert admission(mixtral) is None                # no knob drives it: no hinge
     glm5 = load_profile(ROOT / "profiles" / "sim-glm5.yaml")
     assert admission(glm5) == (CAP, 512.0)
+
+
+def test_a_value_tried_only_in_pruned_configs_is_no_longer_rated_as_never_tried() -> None:
+    # the runner deep_gemm ran once and was pruned on the ladder (no value to fit); flashinfer_cutlass never ran.
+    # The pruned run narrows deep_gemm's uncertainty, not its mean: the never-tried runner is the optimistic move
+    space = SearchSpec.model_validate({"space": {
+        **{k: v.model_dump(exclude_none=True) for k, v in SPACE.space.items()},
+        RUNNER: {"type": "categorical", "choices": ["triton", "flashinfer_cutlass", "deep_gemm"],
+                 "default": "triton"}}})
+    rows = [served("triton", 2048, 0.85), served("triton", 891, 0.88), served("triton", 388, 0.85),
+            served("triton", 2048, 0.81)]
+    stay = {RUNNER: "triton", CAP: 2048, MEM: 0.85}
+    pruned, untried = {**stay, RUNNER: "deep_gemm"}, {**stay, RUNNER: "flashinfer_cutlass"}
+    before = ValueModel(space, rows, (CAP, 1024.0))
+    after = ValueModel(space, rows, (CAP, 1024.0), known=[pruned])
+    assert before.upper(pruned) == before.upper(untried)            # both unseen: equally optimistic
+    assert after.upper(pruned) < 0.99 * after.upper(untried)
+    assert after.predict(pruned) == before.predict(pruned)          # the mean is not moved by a run with no value
+    assert after.predict(stay) == before.predict(stay)
