@@ -259,9 +259,29 @@ class Steps:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
-                if config_key(cand) not in seen and predicted_crash(self.prof.search, cand, known) is None \
-                        and not scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
+                cand = self._runnable(cand, seen, known, base)
+                if cand is not None:
                     return t.number, cand, why
+        return None
+
+    def _runnable(self, cand: dict[str, Any], seen: set[str], known: list[Seen],
+                  base: dict[str, Any]) -> dict[str, Any] | None:
+        """A repair candidate as it can run: itself when unseen and no veto flags it; when it would repeat a crash
+        the catalog can repair (graphs switched on at a mem fraction where capture already ran out of memory), that
+        crash's first repair applied to it as well (the mem fraction lowered as far as the crash's OOM says)."""
+        if scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
+            return None
+        like = predicted_crash(self.prof.search, cand, known)
+        if like is None:
+            return cand if config_key(cand) not in seen else None
+        if not like.fixes or config_key(cand) in seen:
+            return None
+        bounds = oom_bounds(like.exception, like.params, self.prof.search) if like.crash_phase == "startup" else {}
+        for two in repaired_configs(self.prof.search, cand, like.fixes,
+                                    lambda p: complete(self.prof.search, p, self.rng, base), bounds):
+            if config_key(two) not in seen and predicted_crash(self.prof.search, two, known) is None \
+                    and not scopes.gpu_lacks(self.prof, two, self.gpu_sm):
+                return two
         return None
 
     def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None, known: list[Seen]) -> list[

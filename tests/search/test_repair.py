@@ -433,3 +433,36 @@ def test_one_log_hint_that_spent_its_repairs_leaves_the_incumbents_other_hints_t
     repaired, cand, why = steps._repair(done, seen, steps.seen(done), [])
     assert (repaired, why) == (0, "hint:cuda-graph-max-bs")
     assert {k: v for k, v in cand.items() if params.get(k) != v} == {"cuda-graph-max-bs": 512}
+
+
+def test_a_hint_that_would_repeat_a_repairable_crash_comes_with_that_crash_s_repair() -> None:
+    """The incumbent runs without graphs and its log shows decode batches of 400: the hint is graphs on with a max
+    bs of 512. Graph capture already ran out of memory at its mem fraction (a sampler's config, graphs to 256), so
+    the hint alone would repeat that crash and is vetoed; it is proposed with the crash's catalog repair applied
+    as well (a lower mem fraction), not dropped while the incumbent waits for another lead."""
+    import random
+
+    from tunectl.search.steps import Steps
+
+    prof = sim_profile()
+
+    def graphs(bs: int, mem: float) -> dict[str, Any]:
+        return {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": bs,
+                "mem-fraction-static": mem}
+
+    slow = [trial(n, 40.0, {}, **graphs(bs, 0.85)) for n, bs in ((0, 32), (1, 64), (2, 128))]
+    nographs = {**baseline_params(prof), "disable-cuda-graph": True, "mem-fraction-static": 0.88}
+    nographs.pop("cuda-graph-max-bs", None)
+    incumbent = trial(3, 100.0, {"server_facts": {"decode_bs_nograph_max": 400}}, **nographs)
+    oom = trial(4, 0.0, {"proposed_by": "sampler", "crash_class": "config_error", "crash_phase": "startup",
+                         "crash_signature": "capture_cuda_graph_failed"}, **graphs(256, 0.88))
+    done = [*slow, incumbent, oom]
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    known = steps.seen(done)
+    hint = {**nographs, "disable-cuda-graph": False, "cuda-graph-max-bs": 512}
+    assert predicted_crash(prof.search, hint, known) is not None        # the hint alone repeats the capture OOM
+    repaired, cand, why = steps._repair(done, {config_key(t.params) for t in done}, known, [])
+    assert (repaired, why) == (3, "hint:disable-cuda-graph")
+    assert cand["disable-cuda-graph"] is False and cand["cuda-graph-max-bs"] == 512
+    assert cand["mem-fraction-static"] < 0.88
+    assert predicted_crash(prof.search, cand, known) is None
