@@ -1,7 +1,8 @@
 """Search efficiency on the stand-in's virtual-clock model, over every sim card: tunectl's search vs random.
 
-For each profile (default: one `profiles/sim-*.yaml` per sim card), sampler and seed, a full `run_search` without the profile's `try_first` (the real loop,
-storage and feedback; the trial engine replaced by the model) with the profile's space. Reported per profile and
+For each profile (default: one `profiles/sim-*.yaml` per sim card), sampler and seed, a full `run_search` without
+the profile's `try_first` (the real loop, storage and feedback; the trial engine replaced by the model) with the
+profile's space. Reported per profile and
 sampler: trials until a stable config reaches 95% of the best stable throughput of the space (the card's
 documented optimum for that profile, or `--scan`: exhaustive over the profile's grid), and the share of trials
 after trial 10 spent on configs that crash. Targets: median <= 12 trials, >= 2x fewer than random, <= 10% crash

@@ -267,8 +267,9 @@ class Steps:
     def _runnable(self, cand: dict[str, Any], seen: set[str], known: list[Seen],
                   base: dict[str, Any]) -> dict[str, Any] | None:
         """A repair candidate as it can run: itself when unseen and no veto flags it; when it would repeat a crash
-        the catalog can repair (graphs switched on at a mem fraction where capture already ran out of memory), that
-        crash's first repair applied to it as well (the mem fraction lowered as far as the crash's OOM says)."""
+        the catalog can repair (graphs switched on at a mem fraction where capture already ran out of memory), the
+        first of that crash's repairs applied to it as well that leaves it unseen and unflagged (the mem fraction
+        lowered as far as the crash's OOM says); else None."""
         if scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
             return None
         like = predicted_crash(self.prof.search, cand, known)
