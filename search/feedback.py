@@ -21,7 +21,7 @@ from tunectl.profile import Profile
 # with, the memory left after the static pool and graphs, requests retracted because the pool was full.
 SERVER_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "available_gpu_mem_gb",
                 "retracted_reqs", "decode_bs_max", "decode_bs_nograph_max", "decode_queue_at_cap",
-                "decode_queue_pool_full")
+                "decode_queue_pool_full", "graph_bs_max", "graph_mem_gb", "gpu_mem_gb")
 PENALTY_LATENCY_MS = 1e9          # p99 TTFT told for a config that never served (multi-objective)
 
 

@@ -189,6 +189,53 @@ def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any],
     return out
 
 
+def graph_memory(facts: Sequence[dict[str, float]]) -> Callable[[int], float] | None:
+    """GiB the decode CUDA graphs up to a max bs take, from the servers' logs (`graph_mem_gb` at `graph_bs_max`):
+    a line through the sizes seen at two or more max bs, else in proportion to the one seen (an overestimate where
+    part of the memory is fixed). None before any capture was logged."""
+    seen: dict[int, float] = {}
+    for f in facts:
+        bs, gb = f.get("graph_bs_max"), f.get("graph_mem_gb")
+        if bs and gb is not None:
+            seen[int(bs)] = max(seen.get(int(bs), 0.0), float(gb))
+    if not seen:
+        return None
+    if len(seen) == 1:
+        (b0, g0), = seen.items()
+        return lambda b: g0 * b / b0
+    xs, ys = list(seen), list(seen.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
+    return lambda b: max(0.0, my + slope * (b - mx))
+
+
+def graph_room(search: SearchSpec, cand: dict[str, Any], params: dict[str, Any], facts: dict[str, float],
+               graph_gb: Callable[[int], float] | None, floor_gb: float | None) -> dict[str, Any]:
+    """`cand`, a change of the served config `params` whose log gave `facts`, with the mem fraction lowered (to a
+    grid value) so that the CUDA graphs it captures leave at least `floor_gb` free after startup, the least any
+    served config was left with: graphs switched on or a larger max bs need memory the static pool has to give up
+    (SGLang's tuning guide: graphs for large batches cost memory, lower mem-fraction-static). As it is where its
+    graphs need no more memory than the served config's did, where the log, the graph sizes or the floor are
+    unknown, or where no grid value is low enough."""
+    total, free = facts.get("gpu_mem_gb"), facts.get("available_gpu_mem_gb")
+    bs, was, now = (knob_value(search, cand, GRAPH_MAX_BS), knob_value(search, params, MEM_FRACTION),
+                    knob_value(search, cand, MEM_FRACTION))
+    if (graph_gb is None or floor_gb is None or not total or free is None or knob_value(search, cand, NO_GRAPHS)
+            or not isinstance(bs, int) or not numeric((was, now))):
+        return cand
+    more = graph_gb(bs) - facts.get("graph_mem_gb", 0.0)
+    left = free - more - (now - was) * total
+    if more <= 0 or left >= floor_gb:
+        return cand
+    bound = now - (floor_gb - left) / total
+    grid = grid_space(search, points=GRID_POINTS)
+    for name, spec in search.space.items():
+        if name in cand and drives(name, spec, MEM_FRACTION) and numeric(grid[name]):
+            lower = [v for v in grid[name] if v <= bound]
+            return {**cand, name: max(lower)} if lower else cand
+    return cand
+
+
 def pool_relief(search: SearchSpec, params: dict[str, Any],
                 facts: dict[str, float] | None = None) -> list[tuple[str, Any]]:
     """A KV pool that holds the batch back: an FP8 KV cache (half the bytes per token, twice the requests), where

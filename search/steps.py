@@ -17,10 +17,13 @@ from tunectl.search.repair import (
     MAX_RUNNING,
     RepairLookup,
     drives,
+    graph_memory,
+    graph_room,
     log_hints,
     lookup,
     numeric,
     oom_bounds,
+    oom_sizes,
     oom_veto_bounds,
     pool_bounds,
     pool_relief,
@@ -65,6 +68,11 @@ def history(done: list[FrozenTrial], known: list[Seen] | None = None) -> History
             out = "explained"
         rows.append((t.params, out, t.values[0] if t.values else 0.0))
     return rows
+
+
+def facts(t: FrozenTrial) -> dict[str, float]:
+    """What the trial's server logged (search/feedback.py SERVER_FACTS)."""
+    return t.user_attrs.get("server_facts") or {}
 
 
 def level_values(t: FrozenTrial) -> dict[tuple[str, int], float]:
@@ -254,11 +262,16 @@ class Steps:
             if n in by_number:
                 key = chain_key(by_number[n], by_number, why)
                 counts[key] = counts.get(key, 0) + 1
+        graph_gb = graph_memory([facts(t) for t in done])
+        floor = min((facts(t)["available_gpu_mem_gb"] for t in done
+                     if outcome(t) == "ok" and "available_gpu_mem_gb" in facts(t)), default=None)
         for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known):
             if t.number in fixed or counts.get(chain_key(t, by_number, why), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
+                if outcome(t) == "ok" and "graph_mem_gb" not in facts(t):    # graphs switched on
+                    cand = graph_room(self.prof.search, cand, dict(t.params), facts(t), graph_gb, floor)
                 cand = self._runnable(cand, seen, known, base)
                 if cand is not None:
                     return t.number, cand, why

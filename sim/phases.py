@@ -33,7 +33,8 @@ def _milestones(s: Setup, phase: str) -> tuple[list[str], list[str]]:
         "kv_alloc": ([], [f"KV Cache is allocated. dtype: {_DTYPE[s.kv_dtype]}, #tokens: {s.kv_tokens}, "
                           f"KV size: {kv_gb:.2f} GB", f"Memory pool end. avail mem={after_static:.2f} GB"]),
         "autotune": (["Running FlashInfer autotune..."], ["FlashInfer autotune completed."]),
-        "cuda_graph": ([f"Capture cuda graph begin. This can take up to several minutes. "
+        "cuda_graph": ([f"Capture cuda graph bs {s.graph_bs}",
+                        f"Capture cuda graph begin. This can take up to several minutes. "
                         f"avail mem={after_static:.2f} GB"],
                        [f"Capture cuda graph end. Time elapsed: {sec.get('cuda_graph', 0):.2f} s. mem usage="
                         f"{graph_gb:.2f} GB. avail mem={after_static - graph_gb:.2f} GB."]),

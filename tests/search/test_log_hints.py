@@ -174,3 +174,19 @@ def test_a_baseline_whose_kv_pool_was_full_gets_fp8_kv_next(tmp_path: Path) -> N
     assert step.user_attrs["repair_of"] == base.number
     assert {k: v for k, v in step.params.items() if base.params.get(k) != v} == {"kv-cache-dtype": "fp8_e4m3"}
     assert step.values[0] > base.values[0]
+
+
+def test_real_startup_lines_size_the_graphs_and_the_gpu() -> None:
+    # SGLang 0.5.17: decode graphs captured to bs 64 took 0.04 GB (the prefill graphs' 0.40 GB are not decode's);
+    # the GPU had 139.13 GB before the weights
+    on = facts_of(LOGS / "server-graphs-on.log")
+    assert (on["graph_bs_max"], on["graph_mem_gb"], on["gpu_mem_gb"]) == (64, 0.04, 139.13)
+    off = facts_of(LOGS / "server-graphs-off.log")
+    assert "graph_mem_gb" not in off and "graph_bs_max" not in off
+    # SGLang 0.5.9's lines, as the stand-in writes them
+    w = LogWatcher()
+    w.feed(b"[2026-12-05 03:59:45 TP0] Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32]\n"
+           b"[2026-12-05 03:59:46 TP0] Capture cuda graph end. Time elapsed: 1.20 s. mem usage=0.88 GB. "
+           b"avail mem=11.31 GB.\n", 0.0)
+    w.flush(0.0)
+    assert (w.facts["graph_bs_max"], w.facts["graph_mem_gb"]) == (32, 0.88)

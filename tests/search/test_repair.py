@@ -466,3 +466,48 @@ def test_a_hint_that_would_repeat_a_repairable_crash_comes_with_that_crash_s_rep
     assert cand["disable-cuda-graph"] is False and cand["cuda-graph-max-bs"] == 512
     assert cand["mem-fraction-static"] < 0.88
     assert predicted_crash(prof.search, cand, known) is None
+
+
+def test_graphs_switched_on_by_a_hint_come_with_room_made_for_them_as_the_logs_size_them() -> None:
+    """The incumbent runs without graphs with 9 GB free after startup; its log shows decode batches of 400, so the
+    hint is graphs on to 512. Three served configs logged their graphs (to 32 / 64 / 128: 0.9 / 1.3 / 2.1 GB, a
+    line of 0.5 GB + 12.5 MB per batch size: 6.9 GB to 512) and the least free memory any served config had, 6 GB.
+    Graphs to 512 would leave 2.1 GB: the hint comes with the mem fraction lowered by at least the 3.9 GB missing
+    (on a 96 GB GPU, 0.88 -> 0.85 or lower). With 20 GB free the same hint comes as it is."""
+    import random
+
+    from tunectl.search.repair import graph_memory, graph_room
+    from tunectl.search.steps import Steps
+
+    prof = sim_profile()
+    prof.search.try_first = []
+
+    def graphs(bs: int, free: float) -> tuple[dict[str, Any], dict[str, float]]:
+        return ({**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": bs,
+                 "mem-fraction-static": 0.85},
+                {"graph_bs_max": bs, "graph_mem_gb": 0.5 + 0.0125 * bs, "available_gpu_mem_gb": free,
+                 "gpu_mem_gb": 96.0})
+
+    served = [trial(n, 40.0 + n, {"server_facts": f}, **p)
+              for n, (p, f) in enumerate(graphs(bs, free) for bs, free in ((32, 13.5), (64, 6.0), (128, 12.3)))]
+    assert graph_memory([t.user_attrs["server_facts"] for t in served])(512) == pytest.approx(6.9)
+    nographs = {**baseline_params(prof), "disable-cuda-graph": True, "mem-fraction-static": 0.88}
+    nographs.pop("cuda-graph-max-bs", None)
+
+    def hint_for(free: float) -> dict[str, Any]:
+        incumbent = trial(3, 100.0, {"server_facts": {"decode_bs_nograph_max": 400, "available_gpu_mem_gb": free,
+                                                      "gpu_mem_gb": 96.0}}, **nographs)
+        done = [*served, incumbent]
+        steps = Steps(prof, crashes.repairs_for, random.Random(0))
+        repaired, cand, why = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
+        assert (repaired, why) == (3, "hint:disable-cuda-graph")
+        assert cand["disable-cuda-graph"] is False and cand["cuda-graph-max-bs"] == 512
+        return cand
+
+    tight = hint_for(9.0)
+    assert tight["mem-fraction-static"] <= 0.88 - 3.9 / 96
+    assert 9.0 - 6.9 + (0.88 - tight["mem-fraction-static"]) * 96 >= 6.0       # the floor kept
+    assert hint_for(20.0)["mem-fraction-static"] == 0.88
+    # no graph logged yet: nothing to size them by, the hint as it is
+    assert graph_room(prof.search, {**nographs, "disable-cuda-graph": False, "cuda-graph-max-bs": 512}, nographs,
+                      {"available_gpu_mem_gb": 9.0, "gpu_mem_gb": 96.0}, None, 6.0)["mem-fraction-static"] == 0.88

@@ -68,6 +68,12 @@ _FACTS = re.compile(r"\b(max_total_num_tokens|chunked_prefill_size|max_prefill_t
                     r"|context_len)=(\d+)")
 _PROGRESS = re.compile(r"\b(Prefill|Decode) batch[,.]")
 _FREE_GB = re.compile(r"available_gpu_mem=([\d.]+) GB")
+# The decode graphs' batch sizes and memory: 0.5.9 logs "Capture cuda graph bs [1, 2, ...]" and "Capture cuda graph
+# end. ... mem usage=X GB", 0.5.17 "Capture target decode CUDA graph begin. ... bs=[1, 2, ...]" and "... end. ...,
+# mem usage=X GB"; the GPU's memory before the weights: "Load weight begin. avail mem=X GB".
+_GRAPH_BS = re.compile(r"Capture (?:cuda graph bs |target decode CUDA graph begin\..*\bbs=)\[([\d, ]+)\]")
+_GRAPH_GB = re.compile(r"Capture (?:cuda graph|target decode CUDA graph) end\..*mem usage=([\d.]+) GB")
+_GPU_GB = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 _RETRACTED = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)")
 _KV_DTYPE = re.compile(r"KV Cache is allocated\. dtype: torch\.(\w+)")
 _GEN_RATE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
@@ -282,6 +288,8 @@ class LogWatcher:
             free = _FREE_GB.search(line)
             if free:
                 self.facts["available_gpu_mem_gb"] = float(free.group(1))
+        if "Capture" in line or "Load weight begin" in line:
+            self._memory(line)
         retracted = _RETRACTED.search(line)
         if retracted:
             self.facts["retracted_reqs"] = self.facts.get("retracted_reqs", 0) + int(retracted.group(1))
@@ -292,6 +300,17 @@ class LogWatcher:
             bits = _kv_bits(line)             # SGLang 0.5.17+ names the pool's dtype; 0.5.9 does not
             if bits:
                 self.facts.setdefault("kv_cache_bits", bits)
+
+    def _memory(self, line: str) -> None:
+        """What startup says about memory: the largest decode batch captured in a CUDA graph (`graph_bs_max`),
+        what the decode graphs took (`graph_mem_gb`), the GPU's memory before the weights (`gpu_mem_gb`)."""
+        bs, graph, gpu = _GRAPH_BS.search(line), _GRAPH_GB.search(line), _GPU_GB.search(line)
+        if bs:
+            self.facts["graph_bs_max"] = max(int(b) for b in bs.group(1).split(",") if b.strip())
+        if graph:
+            self.facts["graph_mem_gb"] = float(graph.group(1))
+        if gpu:
+            self.facts.setdefault("gpu_mem_gb", float(gpu.group(1)))
 
     def _decode_state(self, line: str) -> None:
         """What the decode lines say about the batch: the largest one (`decode_bs_max`), the largest that ran
