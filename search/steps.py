@@ -220,6 +220,8 @@ class Steps:
             return None
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, base_values(self.prof),
                            history(done, known), self._excluded(known), flat_knobs(best[0], done), self.admission)
+        room = self._room(done)
+        cands = [c for c in (room(c, best[0]) for c in cands) if config_key(c) not in seen]
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
 
@@ -262,20 +264,33 @@ class Steps:
             if n in by_number:
                 key = chain_key(by_number[n], by_number, why)
                 counts[key] = counts.get(key, 0) + 1
-        graph_gb = graph_memory([facts(t) for t in done])
-        floor = min((facts(t)["available_gpu_mem_gb"] for t in done
-                     if outcome(t) == "ok" and "available_gpu_mem_gb" in facts(t)), default=None)
+        room = self._room(done)
         for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known):
             if t.number in fixed or counts.get(chain_key(t, by_number, why), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
-                if outcome(t) == "ok" and "graph_mem_gb" not in facts(t):    # graphs switched on
-                    cand = graph_room(self.prof.search, cand, dict(t.params), facts(t), graph_gb, floor)
+                if outcome(t) == "ok":
+                    cand = room(cand, t)
                 cand = self._runnable(cand, seen, known, base)
                 if cand is not None:
                     return t.number, cand, why
         return None
+
+    def _room(self, done: list[FrozenTrial]) -> Callable[[dict[str, Any], FrozenTrial], dict[str, Any]]:
+        """A step from a served config that ran without CUDA graphs and switches them on, with the mem fraction
+        lowered as far as the graphs need (`graph_room`: their size from the graphs the servers logged, the floor
+        the least free memory any served config was left with); any other step as it is."""
+        graph_gb = graph_memory([facts(t) for t in done])
+        floor = min((facts(t)["available_gpu_mem_gb"] for t in done
+                     if outcome(t) == "ok" and "available_gpu_mem_gb" in facts(t)), default=None)
+
+        def room(cand: dict[str, Any], served: FrozenTrial) -> dict[str, Any]:
+            if "graph_mem_gb" in facts(served):
+                return cand
+            return graph_room(self.prof.search, cand, dict(served.params), facts(served), graph_gb, floor)
+
+        return room
 
     def _runnable(self, cand: dict[str, Any], seen: set[str], known: list[Seen],
                   base: dict[str, Any]) -> dict[str, Any] | None:

@@ -473,7 +473,8 @@ def test_graphs_switched_on_by_a_hint_come_with_room_made_for_them_as_the_logs_s
     hint is graphs on to 512. Three served configs logged their graphs (to 32 / 64 / 128: 0.9 / 1.3 / 2.1 GB, a
     line of 0.5 GB + 12.5 MB per batch size: 6.9 GB to 512) and the least free memory any served config had, 6 GB.
     Graphs to 512 would leave 2.1 GB: the hint comes with the mem fraction lowered by at least the 3.9 GB missing
-    (on a 96 GB GPU, 0.88 -> 0.85 or lower). With 20 GB free the same hint comes as it is."""
+    (on a 96 GB GPU, 0.88 -> 0.85 or lower), and so does a local step that switches graphs on. With 20 GB free the
+    same hint comes as it is."""
     import random
 
     from tunectl.search.repair import graph_memory, graph_room
@@ -504,6 +505,11 @@ def test_graphs_switched_on_by_a_hint_come_with_room_made_for_them_as_the_logs_s
         assert cand["disable-cuda-graph"] is False and cand["cuda-graph-max-bs"] == 512
         return cand
 
+    # a local step that switches graphs on from the same incumbent gets the same room
+    incumbent = trial(3, 100.0, {"server_facts": {"available_gpu_mem_gb": 9.0, "gpu_mem_gb": 96.0}}, **nographs)
+    step = Steps(prof, crashes.repairs_for, random.Random(0))._room([*served, incumbent])(
+        {**nographs, "disable-cuda-graph": False, "cuda-graph-max-bs": 512}, incumbent)
+    assert step["mem-fraction-static"] <= 0.88 - 3.9 / 96
     tight = hint_for(9.0)
     assert tight["mem-fraction-static"] <= 0.88 - 3.9 / 96
     assert 9.0 - 6.9 + (0.88 - tight["mem-fraction-static"]) * 96 >= 6.0       # the floor kept
