@@ -15,6 +15,7 @@ from tunectl.search import finalists as fin
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
 from tunectl.search.repair import (
     MAX_RUNNING,
+    NO_GRAPHS,
     RepairLookup,
     drives,
     graph_memory,
@@ -286,8 +287,8 @@ class Steps:
                      if outcome(t) == "ok" and "available_gpu_mem_gb" in facts(t)), default=None)
 
         def room(cand: dict[str, Any], served: FrozenTrial) -> dict[str, Any]:
-            if "graph_mem_gb" in facts(served):
-                return cand
+            if knobs.merge(self.prof, dict(served.params))[0].get(NO_GRAPHS) is not True:
+                return cand                     # graphs on already (whether or not its log sized them)
             return graph_room(self.prof.search, cand, dict(served.params), facts(served), graph_gb, floor)
 
         return room
