@@ -18,7 +18,8 @@ from tunectl.objective import Score, score
 from tunectl.profile import Profile
 
 # What the search reads from the server's log (tunectl/crashes LogWatcher.facts): the KV pool, the limits it ran
-# with, the memory left after the static pool and graphs, requests retracted because the pool was full.
+# with, the memory left after the static pool and graphs, requests retracted because the pool was full, the decode
+# batches, the CUDA graphs captured (largest batch, memory) and the GPU's memory.
 SERVER_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "available_gpu_mem_gb",
                 "retracted_reqs", "decode_bs_max", "decode_bs_nograph_max", "decode_queue_at_cap",
                 "decode_queue_pool_full", "graph_bs_max", "graph_mem_gb", "gpu_mem_gb")

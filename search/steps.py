@@ -24,7 +24,6 @@ from tunectl.search.repair import (
     lookup,
     numeric,
     oom_bounds,
-    oom_sizes,
     oom_veto_bounds,
     pool_bounds,
     pool_relief,
