@@ -9,16 +9,19 @@ after trial 10 spent on configs that crash. Targets: median <= 12 trials, >= 2x 
 waste, on every card. Runs are spread over `--jobs` processes (default 2).
 
     python bench/search_efficiency.py [--profiles all|P1,P2] [--seeds 10] [--trials 40] [--first-seed 0]
-        [--samplers tpe,random] [--target TOK_S | --scan] [--jobs 2] [--parallel 4]
+        [--samplers tpe,random] [--target TOK_S | --scan] [--jobs 2] [--parallel 4] [--budget]
 
 `--parallel N`: each sampler also with N trials in flight (the parallel loop of `tunectl search --parallel`, each
 virtual trial held for its modelled duration x PACE), its rows named `tpe xN` beside the sequential ones.
+`--budget`: per card, the trials before 95% summed over the seeds, by who proposed them (the sampler, a local step,
+a repair step and the crash or log hint it answered) and what came of them (gain, served, crashed, pruned).
     python bench/search_efficiency.py --warm-start 0.5.17 [--profiles profiles/sim-glm5.yaml] [--seeds 10]
         [--old-trials 40] [--trials 40]      # warm vs cold start after an upgrade (bench/warm_start.py)
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import multiprocessing
 import statistics
@@ -29,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
+from tunectl.search import finalists as fin
 from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
 from tunectl.search.study import open_storage
 
@@ -136,7 +140,25 @@ def one_run(job: tuple[str, str, int, int, float, bool, int]) -> dict[str, Any]:
     late = [t.user_attrs.get("crash_class") is not None for t in ordered[10:]]
     return {"reach": reach, "best": max(values, default=0.0), "waste": sum(late) / max(1, len(late)),
             "repairs": sum(t.user_attrs.get("proposed_by") == "repair" for t in ordered),
-            "vetoed": sum("vetoed" in t.user_attrs for t in every), "cpu": time.monotonic() - started}
+            "vetoed": sum("vetoed" in t.user_attrs for t in every), "cpu": time.monotonic() - started,
+            "budget": budget(ordered[:reach], values)}
+
+
+def budget(before: list[FrozenTrial], values: list[float]) -> collections.Counter[tuple[str, str]]:
+    """Where the trials before 95% went: (who proposed it, what came of it) per trial. Who: the sampler, a local
+    step, or a repair step with the evidence it answered (a crash signature or a log hint); what: `gain` (served,
+    > 1% above the best so far), `served`, `crashed`, `pruned`."""
+    out: collections.Counter[tuple[str, str]] = collections.Counter()
+    best = 0.0
+    for t, v in zip(before, values):
+        who = t.user_attrs.get("proposed_by") or ("sampler" if fin.role(t) == "search" else fin.role(t))
+        if who == "repair":
+            who = f"repair {t.user_attrs.get('repair_for', '')}"
+        what = ("pruned" if t.state == TrialState.PRUNED else "crashed" if t.user_attrs.get("crash_class")
+                else "gain" if v > 1.01 * best else "served")
+        out[(who, what)] += 1
+        best = max(best, v)
+    return out
 
 
 def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
@@ -144,7 +166,15 @@ def summarize(runs: list[dict[str, Any]], trials: int) -> dict[str, Any]:
     return {"median": statistics.median(reach), "reached": sum(r["reach"] is not None for r in runs),
             "waste": statistics.mean(r["waste"] for r in runs), "best": statistics.mean(r["best"] for r in runs),
             "per_seed": reach, "repairs": sum(r["repairs"] for r in runs), "vetoed": sum(r["vetoed"] for r in runs),
-            "cpu": sum(r["cpu"] for r in runs)}
+            "cpu": sum(r["cpu"] for r in runs), "budget": sum((r["budget"] for r in runs), collections.Counter())}
+
+
+def print_budget(rows: dict[str, dict[str, Any]]) -> None:
+    for sampler, r in rows.items():
+        print(f"  {sampler}: trials before 95% (all seeds), by proposer: gain / served / crashed / pruned")
+        for who in sorted({w for w, _ in r["budget"]}):
+            n = [r["budget"][(who, what)] for what in ("gain", "served", "crashed", "pruned")]
+            print(f"    {who:44} {n[0]:>4} / {n[1]:>4} / {n[2]:>4} / {n[3]:>4}")
 
 
 def print_card(name: str, target: float, rows: dict[str, dict[str, Any]], seeds: int) -> None:
@@ -216,6 +246,8 @@ def main() -> None:
                     help="warm vs cold start after moving the profile (default: sim-glm5) to this SGLang version "
                     "(bench/warm_start.py)")
     ap.add_argument("--old-trials", type=int, default=40, help="--warm-start: trials of the old study")
+    ap.add_argument("--budget", action="store_true", help="per card, where the trials before 95%% went: by proposer "
+                    "(sampler, local step, repair step and the crash or log hint it answered) and outcome")
     args = ap.parse_args()
     if args.warm_start:
         from bench import warm_start
@@ -240,6 +272,8 @@ def main() -> None:
                 for s in args.samplers.split(",") for w in widths}
         results[load_profile(path).server.sim.card] = (goal[path], rows)
         print_card(Path(path).name, goal[path], rows, args.seeds)
+        if args.budget:
+            print_budget(rows)
     print_summary(results, args.trials, time.monotonic() - t0)
 
 

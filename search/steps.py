@@ -75,6 +75,10 @@ def facts(t: FrozenTrial) -> dict[str, float]:
     return t.user_attrs.get("server_facts") or {}
 
 
+def _as_is(cand: dict[str, Any]) -> dict[str, Any]:
+    return cand
+
+
 def level_values(t: FrozenTrial) -> dict[tuple[str, int], float]:
     return {(s.workload, s.concurrency): s.output_throughput for s in ladder_steps(t.user_attrs.get("ladder"))
             if s.status == "ok"}
@@ -220,8 +224,8 @@ class Steps:
             return None
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, base_values(self.prof),
                            history(done, known), self._excluded(known), flat_knobs(best[0], done), self.admission)
-        room = self._room(done)
-        cands = [c for c in (room(c, best[0]) for c in cands) if config_key(c) not in seen]
+        room = self._room(done)(best[0])
+        cands = [c for c in map(room, cands) if config_key(c) not in seen]
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
 
@@ -264,33 +268,35 @@ class Steps:
             if n in by_number:
                 key = chain_key(by_number[n], by_number, why)
                 counts[key] = counts.get(key, 0) + 1
-        room = self._room(done)
+        room_from = self._room(done)
         for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known):
             if t.number in fixed or counts.get(chain_key(t, by_number, why), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent
+            room = room_from(t) if outcome(t) == "ok" else _as_is
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
-                if outcome(t) == "ok":
-                    cand = room(cand, t)
-                cand = self._runnable(cand, seen, known, base)
+                cand = self._runnable(room(cand), seen, known, base)
                 if cand is not None:
                     return t.number, cand, why
         return None
 
-    def _room(self, done: list[FrozenTrial]) -> Callable[[dict[str, Any], FrozenTrial], dict[str, Any]]:
-        """A step from a served config that ran without CUDA graphs and switches them on, with the mem fraction
-        lowered as far as the graphs need (`graph_room`: their size from the graphs the servers logged, the floor
-        the least free memory any served config was left with); any other step as it is."""
+    def _room(self, done: list[FrozenTrial]) -> Callable[[FrozenTrial], Callable[[dict[str, Any]], dict[str, Any]]]:
+        """For a served config, what its steps become: one that switches CUDA graphs on from a config that ran
+        without them comes with the mem fraction lowered as far as the graphs need (`graph_room`: their size from
+        the graphs the servers logged, the floor the least free memory any served config was left with); any other
+        step, and every step from a config that ran with graphs, as it is."""
         graph_gb = graph_memory([facts(t) for t in done])
         floor = min((facts(t)["available_gpu_mem_gb"] for t in done
                      if outcome(t) == "ok" and "available_gpu_mem_gb" in facts(t)), default=None)
 
-        def room(cand: dict[str, Any], served: FrozenTrial) -> dict[str, Any]:
-            if knobs.merge(self.prof, dict(served.params))[0].get(NO_GRAPHS) is not True:
-                return cand                     # graphs on already (whether or not its log sized them)
-            return graph_room(self.prof.search, cand, dict(served.params), facts(served), graph_gb, floor)
+        def room_from(served: FrozenTrial) -> Callable[[dict[str, Any]], dict[str, Any]]:
+            if graph_gb is None or floor is None or \
+                    knobs.merge(self.prof, dict(served.params))[0].get(NO_GRAPHS) is not True:
+                return _as_is                   # nothing to size graphs by, or graphs on already
+            params, logged = dict(served.params), facts(served)
+            return lambda cand: graph_room(self.prof.search, cand, params, logged, graph_gb, floor)
 
-        return room
+        return room_from
 
     def _runnable(self, cand: dict[str, Any], seen: set[str], known: list[Seen],
                   base: dict[str, Any]) -> dict[str, Any] | None:
@@ -320,15 +326,15 @@ class Steps:
         out = []
         for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0]):
             out.append((t, self._fixes(t), {}, str(t.user_attrs.get("crash_signature", ""))))
-        facts = incumbent.user_attrs.get("server_facts", {}) if incumbent is not None else {}
+        logged = facts(incumbent) if incumbent is not None else {}
         top = max((st.concurrency for st in ladder_steps(incumbent.user_attrs.get("ladder")) if st.status == "ok"),
                   default=0) if incumbent is not None else 0
         wl = self.prof.bench.workloads[0]
         lost = lost_moves(done)
-        if incumbent is not None and facts.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
-            fixes = [*pool_relief(self.prof.search, dict(incumbent.params), facts),
+        if incumbent is not None and logged.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
+            fixes = [*pool_relief(self.prof.search, dict(incumbent.params), logged),
                      *lookup(self.repairs, KV_PRESSURE)]
-            out.append((incumbent, self._unlost(fixes, lost), pool_bounds(facts, wl.input_len + wl.output_len),
+            out.append((incumbent, self._unlost(fixes, lost), pool_bounds(logged, wl.input_len + wl.output_len),
                         KV_PRESSURE))
         crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
         if crashed and incumbent is not None and incumbent.values:
@@ -341,7 +347,7 @@ class Steps:
                                 str(t.user_attrs.get("crash_signature", ""))))
         if incumbent is not None:
             flags = knobs.merge(self.prof, dict(incumbent.params))[0]
-            for fixes, bounds in log_hints(self.prof.search, dict(incumbent.params), flags, facts,
+            for fixes, bounds in log_hints(self.prof.search, dict(incumbent.params), flags, logged,
                                            wl.input_len + wl.output_len):
                 out.append((incumbent, self._unlost(fixes, lost), bounds,
                             "hint:" + ",".join(sorted({str(target) for target, _ in fixes}))))

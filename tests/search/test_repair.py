@@ -507,8 +507,8 @@ def test_graphs_switched_on_by_a_hint_come_with_room_made_for_them_as_the_logs_s
 
     # a local step that switches graphs on from the same incumbent gets the same room
     incumbent = trial(3, 100.0, {"server_facts": {"available_gpu_mem_gb": 9.0, "gpu_mem_gb": 96.0}}, **nographs)
-    step = Steps(prof, crashes.repairs_for, random.Random(0))._room([*served, incumbent])(
-        {**nographs, "disable-cuda-graph": False, "cuda-graph-max-bs": 512}, incumbent)
+    step = Steps(prof, crashes.repairs_for, random.Random(0))._room([*served, incumbent])(incumbent)(
+        {**nographs, "disable-cuda-graph": False, "cuda-graph-max-bs": 512})
     assert step["mem-fraction-static"] <= 0.88 - 3.9 / 96
     tight = hint_for(9.0)
     assert tight["mem-fraction-static"] <= 0.88 - 3.9 / 96
