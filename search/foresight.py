@@ -11,7 +11,11 @@ Three rules, all read from the study's own crashes; a proposal they flag is neve
   whole story; for an OOM, one that needed at least the proposal's memory: mem fraction, graph max bs, chunk
   size and max running requests as large, `as_demanding`); for a load crash, one that served as much as the
   crashed one did at the level it crashed at (a baseline capped at 64 running requests never reaches the batches
-  that crash, so it refutes nothing).
+  that crash, so it refutes nothing). Once the servers' logs size the CUDA graphs (`Footprint`: mem fraction x the
+  GPU's memory, plus the graphs at the config's max bs), a startup OOM's mem fraction and graph max bs repairs
+  count as one: a proposal applies them where its static pool and graphs take less memory than the crashed
+  config's did (0.88 with graphs to 512 keeps a capture OOM at 0.91 with graphs to 256 when the larger graphs take
+  more than the 3 points of mem fraction gave back); `as_demanding` weighs the two knobs the same way.
 - **Unexplained startup crash** (`suspects`): a startup crash the catalog has no repairs for; the knob values of
   the crashed config that no config that started has ever had, only its choices (strings, booleans) where it has
   new ones: a backend the hardware lacks, not the new mem fraction it happened to run with; of those, the ones its
@@ -29,7 +33,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.search.repair import LOWER, MEM_FRACTION, MEMORY_TARGETS, RAISE, drives, knob_value, numeric
+from tunectl.search.repair import (
+    GRAPH_MAX_BS,
+    LOWER,
+    MEM_FRACTION,
+    MEMORY_TARGETS,
+    RAISE,
+    Footprint,
+    drives,
+    knob_value,
+    numeric,
+)
 
 from tunectl.profile import SearchSpec
 
@@ -48,10 +62,34 @@ class Seen:
     exception: str = ""                             # the crash's exception line
 
 
-def keeps_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen) -> bool:
-    """The proposal applies none of the crash's repairs (and at least one repair is a knob of the space)."""
-    expressed = False
+JOINT = (MEM_FRACTION, GRAPH_MAX_BS)     # the repair targets a footprint weighs together
+
+
+def freed(search: SearchSpec, params: dict[str, Any], crashed: Seen, fp: Footprint | None) -> bool | None:
+    """For a startup OOM (its repairs lower the mem fraction) and a proposal that, like the crashed config, runs
+    graphs: does the proposal's static pool and graphs take less memory than the crashed config's (`Footprint`),
+    by what its OOM surely missed where the message says (`Seen.bounds`)? None where the footprint cannot tell."""
+    if fp is None or crashed.crash_phase != "startup" or (MEM_FRACTION, LOWER) not in crashed.fixes:
+        return None
+    mine, theirs = fp.of(search, params), fp.of(search, crashed.params)
+    if mine is None or theirs is None:
+        return None
+    far, was = crashed.bounds.get(MEM_FRACTION), knob_value(search, crashed.params, MEM_FRACTION)
+    missed = (float(was) - far) * fp.total_gb if far is not None and numeric([was]) else 0.0
+    return mine < theirs - max(missed, 1e-6)
+
+
+def keeps_crash(search: SearchSpec, params: dict[str, Any], crashed: Seen, fp: Footprint | None = None) -> bool:
+    """The proposal applies none of the crash's repairs (and at least one repair is a knob of the space). With a
+    footprint, a startup OOM's mem fraction and graph max bs repairs count as one: applied where the proposal
+    frees memory (`freed`), whichever of the two it moved."""
+    expressed, joint = False, freed(search, params, crashed, fp)
     for target, change in crashed.fixes:
+        if joint is not None and target in JOINT:
+            if joint:
+                return False
+            expressed = True
+            continue
         for name, spec in search.space.items():
             if not drives(name, spec, target) or name not in crashed.params:
                 continue
@@ -81,26 +119,35 @@ def _load_at(crashed: Seen) -> float:
     return crashed.levels[max(below)] if below else 0.0
 
 
-def as_demanding(search: SearchSpec, started: dict[str, Any], params: dict[str, Any]) -> bool:
+def as_demanding(search: SearchSpec, started: dict[str, Any], params: dict[str, Any],
+                 fp: Footprint | None = None) -> bool:
     """`started` needs at least the memory `params` needs, as far as the ordered knobs that size memory say (mem
     fraction, graph max bs, chunk size, max running requests; each active in `params` is active in `started` and
-    at least as large there): had `params` run out of memory at startup, so would `started`."""
+    at least as large there; with a footprint, the mem fraction and graphs by the memory they take together):
+    had `params` run out of memory at startup, so would `started`."""
+    mine_gb, theirs_gb = (fp.of(search, params), fp.of(search, started)) if fp is not None else (None, None)
+    joint = mine_gb is not None and theirs_gb is not None
+    if joint and theirs_gb < mine_gb:           # type: ignore[operator]
+        return False
     for target in MEMORY_TARGETS:
+        if joint and target in JOINT:
+            continue
         mine, theirs = knob_value(search, params, target), knob_value(search, started, target)
         if numeric([mine]) and not (numeric([theirs]) and theirs >= mine):
             return False
     return True
 
 
-def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen], params: dict[str, Any] | None = None) -> bool:
+def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen], params: dict[str, Any] | None = None,
+             fp: Footprint | None = None) -> bool:
     """A config that keeps the crash did not crash so: it started (startup crash), or served as much load as the
     crashed one did at its crash level (load crash). For a startup OOM (its repairs lower the mem fraction) and a
     proposal, only a started config that needs at least the proposal's memory refutes it (`as_demanding`): one that
     started with chunks of 8,192 says nothing about the autotune workspace of chunks of 16,384."""
     if crashed.crash_phase == "startup":
         oom = params is not None and (MEM_FRACTION, LOWER) in crashed.fixes
-        return any(s.crash_phase != "startup" and keeps_crash(search, s.params, crashed)
-                   and (not oom or as_demanding(search, s.params, params)) for s in seen)
+        return any(s.crash_phase != "startup" and keeps_crash(search, s.params, crashed, fp)
+                   and (not oom or as_demanding(search, s.params, params, fp)) for s in seen)
     need, level = _load_at(crashed), crashed.crash_level
     return any(s.crash_phase is None and keeps_crash(search, s.params, crashed)
                and level is not None and s.levels.get(level, 0.0) >= need for s in seen)
@@ -124,7 +171,8 @@ def named_in(value: str, text: str) -> bool:
     return bool(value) and re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text) is not None
 
 
-def memory_ceiling(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:
+def memory_ceiling(search: SearchSpec, params: dict[str, Any], seen: list[Seen],
+                   fp: Footprint | None = None) -> Seen | None:
     """The proposal's mem fraction is at or above two startup crashes whose repairs lower it (OOMs), and no config
     at or above it that needed as much memory has ever started (one that started with graphs off or to 32 says
     nothing about graphs to 256 at the same fraction): the last such crash."""
@@ -136,22 +184,24 @@ def memory_ceiling(search: SearchSpec, params: dict[str, Any], seen: list[Seen])
         theirs = knob_value(search, s.params, MEM_FRACTION)
         if not isinstance(theirs, (int, float)):
             continue
-        if s.crash_phase != "startup" and theirs >= mine - 1e-9 and as_demanding(search, s.params, params):
+        if s.crash_phase != "startup" and theirs >= mine - 1e-9 and as_demanding(search, s.params, params, fp):
             return None                 # a config this high, needing as much memory, started: no ceiling here
         if s.crash_phase == "startup" and theirs <= mine + 1e-9 and (MEM_FRACTION, LOWER) in s.fixes:
             ooms.append(s)
     return ooms[-1] if len(ooms) >= 2 else None
 
 
-def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen]) -> Seen | None:
-    """The finished crash this proposal would repeat, if a rule says so."""
-    hit = memory_ceiling(search, params, seen)
+def predicted_crash(search: SearchSpec, params: dict[str, Any], seen: list[Seen],
+                    fp: Footprint | None = None) -> Seen | None:
+    """The finished crash this proposal would repeat, if a rule says so (`fp`: the study's footprint, where its
+    logs give one)."""
+    hit = memory_ceiling(search, params, seen, fp)
     if hit is not None:
         return hit
     for crashed in seen:
         if crashed.crash_phase is None:
             continue
-        if keeps_crash(search, params, crashed) and not _refuted(search, crashed, seen, params):
+        if keeps_crash(search, params, crashed, fp) and not _refuted(search, crashed, seen, params, fp):
             return crashed
         if crashed.crash_phase == "startup" and not crashed.fixes:    # the catalog explains the others
             sus = suspects(crashed, seen)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tunectl import knobs
@@ -116,11 +117,12 @@ def oom_sizes(exception: str) -> tuple[float, float, float] | None:
     return _gib(tried), _gib(_FREE.search(exception)), float(total.group(1))
 
 
-def oom_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
+def oom_bounds(exception: str, params: dict[str, Any], search: SearchSpec, share: float = 0.0) -> dict[str, float]:
     """A startup CUDA OOM says how much memory was missing and how big the GPU is: the static pool must shrink
-    by at least that share, so `mem-fraction-static <lower>` goes that far at once."""
+    by at least that share, so `mem-fraction-static <lower>` goes that far at once. `share`: how much more of the
+    GPU `params` take than the crashed config did (`Footprint`), to shrink by as well."""
     sizes = oom_sizes(exception)
-    return {} if sizes is None else mem_fraction_bound(search, params, sizes[0] / sizes[2])
+    return {} if sizes is None else mem_fraction_bound(search, params, sizes[0] / sizes[2] + max(0.0, share))
 
 
 def oom_veto_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
@@ -207,6 +209,36 @@ def graph_memory(facts: Sequence[dict[str, float]]) -> Callable[[int], float] | 
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
     return lambda b: max(0.0, my + slope * (b - mx))
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """GB per GPU a config's static pool (mem fraction x the GPU's memory) and decode CUDA graphs (`graph_gb` at
+    its max bs) take, as the servers' logs size them: what a startup OOM weighs configs by. Two configs that trade
+    a lower mem fraction for larger graphs (0.88 with graphs to 512 against 0.91 with graphs to 256) compare by
+    the memory they leave, not knob by knob."""
+
+    total_gb: float
+    graph_gb: Callable[[int], float]
+
+    def of(self, search: SearchSpec, params: dict[str, Any]) -> float | None:
+        """None where the config has no mem fraction knob or runs without graphs (no graph size to add)."""
+        mem, bs = knob_value(search, params, MEM_FRACTION), knob_value(search, params, GRAPH_MAX_BS)
+        if not numeric([mem]) or not numeric([bs]) or knob_value(search, params, NO_GRAPHS) is True:
+            return None
+        return float(mem) * self.total_gb + self.graph_gb(int(bs))
+
+    def excess(self, search: SearchSpec, params: dict[str, Any], other: dict[str, Any]) -> float:
+        """How much more of the GPU (a share) `params` take than `other` does; 0 where either is unknown."""
+        mine, theirs = self.of(search, params), self.of(search, other)
+        return 0.0 if mine is None or theirs is None else (mine - theirs) / self.total_gb
+
+
+def footprint(facts: Sequence[dict[str, float]]) -> Footprint | None:
+    """The footprint the logs give (None before a capture and the GPU's memory were logged)."""
+    graph = graph_memory(facts)
+    total = max((f["gpu_mem_gb"] for f in facts if f.get("gpu_mem_gb")), default=None)
+    return None if graph is None or total is None else Footprint(float(total), graph)
 
 
 def graph_room(search: SearchSpec, cand: dict[str, Any], params: dict[str, Any], facts: dict[str, float],

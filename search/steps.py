@@ -14,10 +14,14 @@ from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
 from tunectl.search.repair import (
+    GRAPH_MAX_BS,
     MAX_RUNNING,
+    MEM_FRACTION,
     NO_GRAPHS,
+    Footprint,
     RepairLookup,
     drives,
+    footprint,
     graph_memory,
     graph_room,
     log_hints,
@@ -36,7 +40,7 @@ from tunectl.search.surrogate import Admission, History, Surrogate, startup_risk
 
 from tunectl import knobs, scopes
 from tunectl.models import LOWER, RAISE, ladder_steps
-from tunectl.profile import Profile
+from tunectl.profile import Profile, SearchSpec
 
 # A startup crash is repaired when the value model rates its config at least this share of the incumbent's value.
 STARTUP_REPAIR_SHARE = 0.9
@@ -190,6 +194,23 @@ def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in trials if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
 
 
+def undoes(search: SearchSpec, parent: dict[str, Any], cand: dict[str, Any], fix: tuple[str, Any]) -> bool:
+    """Would the repair `fix` take back the move from `parent` to `cand` (lower the mem fraction a KV-pool
+    repair raised, set a value the parent had)? Such a repair makes the step pointless, not runnable."""
+    target, change = fix
+    for name, spec in search.space.items():
+        if not drives(name, spec, target) or name not in cand or parent.get(name) == cand[name]:
+            continue
+        was, now = parent.get(name), cand[name]
+        if change in (LOWER, RAISE):
+            return numeric((was, now)) and (now > was if change == LOWER else now < was)
+        return change == was
+    return False
+
+
+SIZED = (MEM_FRACTION, GRAPH_MAX_BS, NO_GRAPHS)   # repairs whose memory the logs size (`Footprint`)
+
+
 class Steps:
     def __init__(self, prof: Profile, repairs: RepairLookup | None, rng: random.Random,
                  gpu_sm: int | None = None):
@@ -201,6 +222,7 @@ class Steps:
         self.turn = 0
         self.admission = admission(prof)
         self._risk: tuple[tuple[int, ...], Callable[[dict[str, Any]], float]] | None = None
+        self._fp: tuple[tuple[int, ...], Footprint | None] | None = None
 
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(params, user_attrs) to queue before the sampler's next proposal: a repair whenever a config that
@@ -237,10 +259,16 @@ class Steps:
         if scopes.gpu_lacks(self.prof, params, self.gpu_sm):
             return 1.0, None
         known = self.seen(done) if known is None else known
-        like = predicted_crash(self.prof.search, params, known)
+        like = predicted_crash(self.prof.search, params, known, self._footprint(done))
         if like is not None:
             return 1.0, like
         return (self._startup_risk(done, known)(params) if len(done) >= TPE_STARTUP else 0.0), None
+
+    def _footprint(self, done: list[FrozenTrial]) -> Footprint | None:
+        key = tuple(t.number for t in done)
+        if self._fp is None or self._fp[0] != key:
+            self._fp = (key, footprint([facts(t) for t in done]))
+        return self._fp[1]
 
     def _startup_risk(self, done: list[FrozenTrial], known: list[Seen]) -> Callable[[dict[str, Any]], float]:
         key = tuple(t.number for t in done)
@@ -275,7 +303,7 @@ class Steps:
             room = room_from(t) if outcome(t) == "ok" else _as_is
             for cand in repaired_configs(self.prof.search, dict(t.params), fixes,
                                          lambda p: complete(self.prof.search, p, self.rng, base), bounds):
-                cand = self._runnable(room(cand), seen, known, base)
+                cand = self._runnable(room(cand), seen, known, base, self._footprint(done), dict(t.params))
                 if cand is not None:
                     return t.number, cand, why
         return None
@@ -299,22 +327,30 @@ class Steps:
         return room_from
 
     def _runnable(self, cand: dict[str, Any], seen: set[str], known: list[Seen],
-                  base: dict[str, Any]) -> dict[str, Any] | None:
+                  base: dict[str, Any], fp: Footprint | None = None,
+                  parent: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """A repair candidate as it can run: itself when unseen and no veto flags it; when it would repeat a crash
-        the catalog can repair (graphs switched on at a mem fraction where capture already ran out of memory), the
-        first of that crash's repairs applied to it as well that leaves it unseen and unflagged (the mem fraction
-        lowered as far as the crash's OOM says); else None."""
+        the catalog can repair (graphs switched on, or larger, at a mem fraction where capture already ran out of
+        memory), the first of that crash's repairs applied to it as well that leaves it unseen and unflagged (the
+        mem fraction lowered as far as the crash's OOM says, plus what the candidate takes beyond the crashed
+        config: `fp`, the study's footprint); else None. Not a repair that takes back the step's own move from
+        `parent` (`undoes`), and where the footprint says the candidate takes more than the crashed config did,
+        only one whose memory the logs size (`SIZED`: a smaller chunk frees what no log measured)."""
         if scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
             return None
-        like = predicted_crash(self.prof.search, cand, known)
+        search = self.prof.search
+        like = predicted_crash(search, cand, known, fp)
         if like is None:
             return cand if config_key(cand) not in seen else None
         if not like.fixes or config_key(cand) in seen:
             return None
-        bounds = oom_bounds(like.exception, like.params, self.prof.search) if like.crash_phase == "startup" else {}
-        for two in repaired_configs(self.prof.search, cand, like.fixes,
-                                    lambda p: complete(self.prof.search, p, self.rng, base), bounds):
-            if config_key(two) not in seen and predicted_crash(self.prof.search, two, known) is None \
+        more = fp.excess(search, cand, like.params) if fp is not None and like.crash_phase == "startup" else 0.0
+        bounds = {} if like.crash_phase != "startup" else oom_bounds(like.exception, cand, search, more) \
+            if more > 0 else oom_bounds(like.exception, like.params, search)
+        fixes = [f for f in like.fixes if (parent is None or not undoes(search, parent, cand, f))
+                 and (more <= 0 or f[0] in SIZED)]
+        for two in repaired_configs(search, cand, fixes, lambda p: complete(search, p, self.rng, base), bounds):
+            if config_key(two) not in seen and predicted_crash(search, two, known, fp) is None \
                     and not scopes.gpu_lacks(self.prof, two, self.gpu_sm):
                 return two
         return None

@@ -517,3 +517,102 @@ def test_graphs_switched_on_by_a_hint_come_with_room_made_for_them_as_the_logs_s
     # no graph logged yet: nothing to size them by, the hint as it is
     assert graph_room(prof.search, {**nographs, "disable-cuda-graph": False, "cuda-graph-max-bs": 512}, nographs,
                       {"available_gpu_mem_gb": 9.0, "gpu_mem_gb": 96.0}, None, 6.0)["mem-fraction-static"] == 0.88
+
+
+def test_a_startup_oom_weighs_the_mem_fraction_and_the_graphs_together() -> None:
+    """Capture ran out of memory at mem fraction 0.88 with graphs to 256; the logs size the graphs (a line through
+    2.1 GB at 128 and 3.7 GB at 256: 6.9 GB at 512) on a 96 GB GPU. Graphs to 512 at 0.85 take 0.3 GB more than
+    the crashed config did (81.6 + 6.9 against 84.5 + 3.7 GB), though each knob moved alone would count as a
+    repair: it repeats the crash. Graphs to 512 at 0.80 free 4.5 GB and graphs to 128 at 0.88 free 1.6 GB: neither
+    does. Without a footprint (nothing logged) the knob-by-knob rule stands. A started config that took as much as
+    the proposal refutes the memory story."""
+    from tunectl.search.repair import footprint
+
+    prof = sim_profile()
+
+    def graphs(bs: int, mem: float) -> dict[str, Any]:
+        return {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": bs,
+                "mem-fraction-static": mem}
+
+    fp = footprint([{"graph_bs_max": 128, "graph_mem_gb": 2.1, "gpu_mem_gb": 96.0},
+                    {"graph_bs_max": 256, "graph_mem_gb": 3.7, "gpu_mem_gb": 96.0}])
+    assert fp is not None and fp.graph_gb(512) == pytest.approx(6.9)
+    crashed = Seen(graphs(256, 0.88), "startup", crashes.repairs_for("capture_cuda_graph_failed"))
+    trade = graphs(512, 0.85)
+    assert predicted_crash(prof.search, trade, [crashed], fp) is crashed
+    assert predicted_crash(prof.search, trade, [crashed]) is None            # knob by knob: the fraction was lowered
+    assert predicted_crash(prof.search, graphs(512, 0.8), [crashed], fp) is None
+    assert predicted_crash(prof.search, graphs(128, 0.88), [crashed], fp) is None
+    started = Seen(graphs(512, 0.88))
+    assert predicted_crash(prof.search, trade, [crashed, started], fp) is None
+
+
+def test_a_repair_that_grows_the_graphs_past_a_capture_oom_gives_up_the_memory_they_take() -> None:
+    """The incumbent runs graphs to 128 at 0.88 and its log shows decode batches of 400 without a graph: the hint is
+    graphs to 512. Capture ran out of memory at 0.88 with graphs to 256 (the allocation of 1.1 GiB, 1.2% of the GPU).
+    The footprint says graphs to 512 take 4.8 GB more than the incumbent's, 3.2 GB more than the crashed config's:
+    the hint comes with the mem fraction lowered by both (to 0.80 on the grid), not by the OOM's allocation alone
+    (0.85, which would take more than the crashed config did and crash again)."""
+    import random
+
+    from tunectl.search.steps import Steps
+
+    prof = sim_profile()
+
+    def graphs(bs: int, mem: float) -> dict[str, Any]:
+        return {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": bs,
+                "mem-fraction-static": mem}
+
+    def logged(bs: int) -> dict[str, Any]:
+        return {"server_facts": {"graph_bs_max": bs, "graph_mem_gb": 0.5 + 0.0125 * bs, "gpu_mem_gb": 96.0,
+                                 "available_gpu_mem_gb": 6.0}}
+
+    slow = [trial(n, 40.0, logged(bs), **graphs(bs, 0.75)) for n, bs in ((0, 32), (1, 64))]
+    incumbent = trial(2, 100.0, {"server_facts": {**logged(128)["server_facts"], "decode_bs_nograph_max": 400}},
+                      **graphs(128, 0.88))
+    exc = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1166.00 MiB. GPU 0 has a "
+           "total capacity of 94.97 GiB of which 2241.13 MiB is free.")
+    oom = trial(3, 0.0, {"proposed_by": "sampler", "crash_class": "config_error", "crash_phase": "startup",
+                         "crash_signature": "capture_cuda_graph_failed", "crash_exception": exc}, **graphs(256, 0.88))
+    done = [*slow, incumbent, oom]
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    repaired, cand, why = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
+    assert (repaired, why) == (2, "hint:cuda-graph-max-bs")
+    assert cand["cuda-graph-max-bs"] == 512
+    assert cand["mem-fraction-static"] == 0.8
+
+
+def test_a_kv_pool_repair_that_would_repeat_a_capture_oom_keeps_its_raise_and_the_chunk_size() -> None:
+    """The incumbent (graphs to 512 at 0.85) retracted requests at its top level: the repair is one grid step more
+    mem fraction (0.88). Capture ran out of memory at 0.88 with graphs to 256, which took less than 0.88 with
+    graphs to 512 would: the raise alone repeats the crash. Of that crash's repairs, a lower mem fraction would
+    take the raise back and a smaller chunk frees memory no log has sized; the step comes as the raise with graphs
+    off, the one repair left that frees what the graphs took. Once that ran, there is no such step (not the raise
+    with chunks of 4,096, which the knob-by-knob rule would run)."""
+    import random
+
+    from tunectl.search.steps import Steps
+
+    prof = sim_profile()
+
+    def graphs(bs: int, mem: float) -> dict[str, Any]:
+        return {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": bs,
+                "mem-fraction-static": mem}
+
+    logged = {"graph_bs_max": 512, "graph_mem_gb": 6.9, "gpu_mem_gb": 96.0, "available_gpu_mem_gb": 6.0,
+              "retracted_reqs": 200}
+    ladder = [{"workload": "random", "concurrency": c, "status": "ok", "output_throughput": 100.0 * c / 512,
+               "duration_s": 1.0} for c in (256, 512)]
+    incumbent = trial(0, 100.0, {"server_facts": logged, "ladder": ladder}, **graphs(512, 0.85))
+    oom = trial(1, 0.0, {"proposed_by": "sampler", "crash_class": "config_error", "crash_phase": "startup",
+                         "crash_signature": "capture_cuda_graph_failed"}, **graphs(256, 0.88))
+    done = [incumbent, oom]
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    repaired, cand, why = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
+    assert (repaired, why) == (0, "kv_pool_oom")
+    assert cand["mem-fraction-static"] == 0.88 and cand["disable-cuda-graph"] is True
+    assert cand["chunked-prefill-size"] == incumbent.params["chunked-prefill-size"]
+    ran = trial(2, 90.0, {}, **cand)
+    done = [incumbent, oom, ran]
+    after = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
+    assert after is None or after[2] != "kv_pool_oom"
