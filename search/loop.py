@@ -74,6 +74,7 @@ class SearchLoop:
         self.rng = random.Random(seed)
         self.local_steps = prof.search.sampler == "tpe"
         self.steps = Steps(prof, hooks.repairs, self.rng, hooks.gpu_sm)
+        self.hostless: dict[int, float] = {}      # trials seen without a host, when first seen (`fail_stale`)
 
     def emit(self, kind: str, **data: Any) -> None:
         if self.hooks.on_event is not None:
@@ -100,7 +101,7 @@ class SearchLoop:
     def search(self, n_trials: int) -> None:
         dup_run = veto_run = 0
         while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
-            fail_stale(self.study)
+            fail_stale(self.study, self.hostless)
             self._maybe_local_step()
             trial = self._ask()
             if veto_run < MAX_VETOES and self._veto(trial):
@@ -331,7 +332,7 @@ class SearchLoop:
     def drain(self) -> None:
         """Run what is queued (the finalists' reruns)."""
         while self._waiting():
-            fail_stale(self.study)
+            fail_stale(self.study, self.hostless)
             trial = self._ask()
             if not queued(trial):
                 trial.set_user_attr("unused", True)      # the queue emptied under us: give the slot back

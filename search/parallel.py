@@ -64,7 +64,7 @@ class ParallelLoop(SearchLoop):
         with self._interruptible():
             while True:
                 while self.free and more():
-                    fail_stale(self.study)
+                    fail_stale(self.study, self.hostless)
                     self._maybe_local_step()
                     trial = self._ask(self.free[0])
                     if veto_run < MAX_VETOES and self._veto(trial):
@@ -91,7 +91,7 @@ class ParallelLoop(SearchLoop):
         with self._interruptible():
             while True:
                 while self.free and self._waiting():
-                    fail_stale(self.study)
+                    fail_stale(self.study, self.hostless)
                     trial = self._ask(self.free[0])
                     if not queued(trial):
                         trial.set_user_attr("unused", True)

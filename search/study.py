@@ -9,7 +9,8 @@
   connection, else an flock): both vanish with the process, kill -9 included. Holding it means every RUNNING trial
   recorded for this host is an orphan of a dead worker: its server is torn down and its params re-queued. A
   RUNNING trial no host claimed (its worker died between the ask and naming the host) is failed and re-queued on
-  resume and before each ask (`fail_hostless`).
+  resume and before each ask (`fail_hostless`; a worker ages such a trial on its own clock, not by the asking
+  machine's timestamp).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -205,24 +207,48 @@ class HostState:
 HOSTLESS_AGE_S = 1.0   # a live worker records its trial's host within milliseconds of the ask
 
 
-def fail_hostless(study: optuna.Study, min_age_s: float = HOSTLESS_AGE_S) -> list[int]:
+def fail_hostless(study: optuna.Study, min_age_s: float = HOSTLESS_AGE_S,
+                  first_seen: dict[int, float] | None = None) -> list[int]:
     """FAIL RUNNING trials no host ever claimed, their params (those drawn, a queued trial's attributes) queued
     again: the worker that asked for them died between the ask and recording the host (`SearchLoop._ask`), so no
     resume finds them by host, no heartbeat marks them stale, and the budget would count them forever. Only those
-    older than `min_age_s` (another worker's ask in progress is not an orphan). Returns their numbers."""
-    now, out = datetime.datetime.now(), []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if host_of(t) is None and t.datetime_start is not None and \
-                (now - t.datetime_start).total_seconds() >= min_age_s and fail_running(study, t):
+    older than `min_age_s` (another worker's ask in progress is not an orphan). Returns their numbers.
+    `first_seen` (trial id -> this process's monotonic time when it first saw the trial without a host; updated):
+    age on this process's own clock. Without it, age from `datetime_start`, which the asking worker stamped on its
+    clock: on another machine running ahead or behind, a trial asked a moment ago can look a minute old."""
+    now, mono, out = datetime.datetime.now(), time.monotonic(), []
+    hostless = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if host_of(t) is None]
+    if first_seen is not None:
+        kept = {t._trial_id: first_seen.get(t._trial_id, mono) for t in hostless}
+        first_seen.clear()
+        first_seen.update(kept)
+    for t in hostless:
+        age = mono - first_seen[t._trial_id] if first_seen is not None else \
+            (now - t.datetime_start).total_seconds() if t.datetime_start is not None else 0.0
+        if age >= min_age_s and fail_running(study, t):
             requeue(study, t, "worker died before it recorded the trial's host")
             out.append(t.number)
+            if first_seen is not None:
+                first_seen.pop(t._trial_id, None)
     return out
 
 
-def fail_stale(study: optuna.Study) -> None:
-    """Before each ask: trials whose worker stopped beating (`fail_stale_trials`), and trials no host claimed."""
+def fail_hostless_at_resume(study: optuna.Study, min_age_s: float = HOSTLESS_AGE_S) -> list[int]:
+    """`fail_hostless` at resume, on this process's own clock: the trials seen without a host, looked at again
+    `min_age_s` later (only when there are any)."""
+    first_seen: dict[int, float] = {}
+    out = fail_hostless(study, min_age_s, first_seen)
+    if first_seen:
+        time.sleep(min_age_s)
+        out += fail_hostless(study, min_age_s, first_seen)
+    return out
+
+
+def fail_stale(study: optuna.Study, first_seen: dict[int, float] | None = None) -> None:
+    """Before each ask: trials whose worker stopped beating (`fail_stale_trials`), and trials no host claimed
+    (`first_seen`: the caller's record of when it first saw each, `fail_hostless`)."""
     optuna.storages.fail_stale_trials(study)
-    fail_hostless(study)
+    fail_hostless(study, first_seen=first_seen)
 
 
 def recover(study: optuna.Study, host_key: str, state: HostState,

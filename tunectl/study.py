@@ -31,7 +31,7 @@ from tunectl.search.study import (
     HostState,
     WorkerLock,
     default_storage_url,
-    fail_hostless,
+    fail_hostless_at_resume,
     host_of,
     open_storage,
     recover,
@@ -317,7 +317,7 @@ def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
     for key in fleet.keys:
         states[key] = HostState(store.dir / "hosts", key)
         recovered += recover(study, key, states[key], fleet.cleanup_for(key))
-    recovered += fail_hostless(study)             # asked by a worker that died before it named the host
+    recovered += fail_hostless_at_resume(study)         # asked by a worker that died before it named the host
     for n in recovered:
         close_interrupted(store, n, study)
     if hooks.on_event:

@@ -76,6 +76,27 @@ def test_a_trial_no_host_claimed_is_failed_and_queued_again(tmp_path: Path) -> N
     assert nxt.suggest_int("max-running-requests", 64, 2048, log=True) == 256
 
 
+def test_a_hostless_trial_is_aged_on_the_worker_s_own_clock(tmp_path: Path) -> None:
+    """A trial's start time is stamped on the clock of the worker that asked for it: from a machine whose clock runs
+    behind, a trial asked a moment ago looks old. A worker that keeps its own record (`first_seen`) fails a hostless
+    trial only once it has itself seen it without a host for `min_age_s`, however old its stamp looks; one whose
+    host came in the meantime is left alone, and the record forgets it."""
+    from tunectl.search.study import HOST_ATTR, fail_hostless
+
+    storage = open_storage(default_storage_url(tmp_path), heartbeat_s=1)
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    orphan, claimed = study.ask(), study.ask()
+    time.sleep(0.2)                                         # both stamps look 0.2 s old
+    first_seen: dict[int, float] = {}
+    assert fail_hostless(study, min_age_s=0.1, first_seen=first_seen) == []      # first seen now: too young
+    assert set(first_seen) == {orphan._trial_id, claimed._trial_id}
+    claimed.set_user_attr(HOST_ATTR, "local:1")             # its worker named the host after all
+    time.sleep(0.15)
+    assert fail_hostless(study, min_age_s=0.1, first_seen=first_seen) == [orphan.number]
+    assert set(first_seen) == set()                           # the orphan failed, the other claimed
+    assert study.get_trials(deepcopy=False)[claimed.number].state == TrialState.RUNNING
+
+
 def test_a_rerun_after_a_kill_right_after_the_ask_still_runs_the_whole_budget(tmp_path: Path) -> None:
     from tests.search.conftest import make_profile
     from tunectl.study import run_search
