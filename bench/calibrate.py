@@ -40,7 +40,8 @@ def virtual() -> dict[str, float | str]:
     best = [virtual_ladder(CARD, BEST_CFG, patches=[AUTOTUNE], seed=s) for s in range(5)]
     return {"baseline@64": base.at(64) or 0.0, "seeds@256": sum(ok256) / len(ok256),
             "crash@256": sum(r.crash_level == 256 for r in runs) / len(runs),
-            "crash@512|ok256": sum(r.crash_level == 512 for r in runs) / max(1, sum(r.crash_level != 256 for r in runs)),
+            "crash@512|ok256": sum(r.crash_level == 512 for r in runs)
+                               / max(1, sum(r.crash_level != 256 for r in runs)),
             "best@512": min(b.at(512) or 0.0 for b in best), "sig": runs[0].signature or ""}
 
 

@@ -2,8 +2,8 @@
 
 Starts the fake SGLang server of known cadence (tests.helpers.fakeserver: one chunk every --itl-ms per
 stream, several processes sharing the port, optionally pinned to their own cores) and runs the built-in client
-(`tunectl.runners.clients.builtin.run_level`) at each concurrency x processes point, then prints one table row per point:
-streamed tok/s, the server's real send gaps (p50/p99: the cadence including the fake server's own jitter) vs
+(`tunectl.runners.clients.builtin.run_level`) at each concurrency x processes point, then prints one table row per
+point: streamed tok/s, the server's real send gaps (p50/p99: the cadence including the fake server's own jitter) vs
 the ITL the client measured, the client's p99 bias against that truth and against the nominal cadence, the
 client's event-loop lag and CPU use, and whether the client flagged itself as client-bound.
 

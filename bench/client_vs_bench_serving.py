@@ -3,8 +3,8 @@
 The fake SGLang server (tests.helpers.fakeserver) sends the first token `--ttft-ms` after a request and
 then one token every `--itl-ms` per stream, whatever the load, so what each client reports can be compared with
 the truth: median TTFT = ttft-ms, median ITL = itl-ms, and an output throughput bounded by the streams' cadence.
-Each point runs the built-in client (`tunectl.runners.clients.builtin.run_level`, the same call `tunectl sweep` makes) and
-`python -m sglang.bench_serving --backend sglang --dataset-name random-ids` with the same requests count,
+Each point runs the built-in client (`tunectl.runners.clients.builtin.run_level`, the same call `tunectl sweep` makes)
+and `python -m sglang.bench_serving --backend sglang --dataset-name random-ids` with the same requests count,
 lengths and concurrency, and samples the bench_serving process's CPU use (/proc) while it runs. "client CPU" is
 CPU seconds / wall seconds of the measurement, for the built-in client its busiest process (`cpu_busy_max`, what
 flags it client-bound): a single Python event loop near 100% of one core measures itself, not the server.

@@ -43,7 +43,8 @@ def replay(tmp: Path, trace: str, speedups: list[float], scale: float) -> list[d
     path = tmp / "p.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     res = subprocess.run([sys.executable, "-m", "tunectl", "sweep", "-p", str(path), "--json", "--study", "tr",
-                          "--results", str(tmp / "r"), "--set", "disable-chunked-prefix-cache=true"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          "--results", str(tmp / "r"), "--set", "disable-chunked-prefix-cache=true"], cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"exit {res.returncode}: {res.stderr.strip()[-500:]}")

@@ -146,7 +146,8 @@ def _tables_html(r: dict[str, Any]) -> str:
         + "<p>key flags: the knobs where a trial differs from the baseline.</p>"
         + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput",
                         *(["capacity"] if any(t["capacity"] for t in rows) else []),
-                        *(f"tok/s {w}" for w in labels), "peak_concurrency", "max_stable_concurrency", "crash_class", "crashed_at", "exception_line", "log"],
+                        *(f"tok/s {w}" for w in labels), "peak_concurrency", "max_stable_concurrency", "crash_class",
+                        "crashed_at", "exception_line", "log"],
                  "trials")
         + "</section>")
 

@@ -10,8 +10,9 @@ late in wall time. A client that reads the server's clock says how many requests
 (`X-Sim-Clock: streams=N; level=ID`), and the loop waits for it: no step runs while fewer than N requests are in
 flight, until they are (its next requests came, or a new level's burst has landed), the client says that level
 sends no more (`streams=0`, on any request) or none came for `SILENT_S` of wall time (a client gone silent).
-Other clients (the real `sglang.bench_serving`) are not waited for, and an idle server's clock runs on in scaled wall time, so a client
-that measures on its own clock reads what it did on a wall-time clock; a burst of theirs that wakes an idle
+Other clients (the real `sglang.bench_serving`) are not waited for, and an idle server's clock runs on in scaled wall
+time, so a client that measures on its own clock reads what it did on a wall-time clock; a burst of theirs that wakes an
+idle
 server is gathered until `QUIET_S` passes without an arrival (at most `GATHER_MAX_S`).
 Arrivals are stamped with the modeled time at which the next step can take them (`vnow`); every streamed update
 carries the modeled time of the step that produced it (served to clients in `meta_info.sim_clock_ts`).

@@ -112,7 +112,8 @@ class State:
 
 
 DEVICE_ASSERT = ("torch.AcceleratorError: CUDA error: device-side assert triggered\n"
-                 "Search for `cudaErrorAssert' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
+                 "Search for `cudaErrorAssert' in "
+                 "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
                  " for more information.")
 
 

@@ -27,7 +27,8 @@ FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
     "device_side_assert": _SCHED,
     "decode_oom": _SCHED[:3] + [
         ("srt/managers/scheduler.py", 1851, "get_next_batch_to_run", "self.running_batch = self.update_running_batch("),
-        ("srt/managers/schedule_batch.py", 1630, "prepare_for_decode", "self.out_cache_loc = alloc_for_decode(self, 1)"),
+        ("srt/managers/schedule_batch.py", 1630, "prepare_for_decode",
+         "self.out_cache_loc = alloc_for_decode(self, 1)"),
         ("srt/mem_cache/common.py", 396, "alloc_for_decode", "out_cache_loc = alloc_token_slots(batch.tree_cache, bs)"),
         ("srt/mem_cache/common.py", 238, "alloc_token_slots", "raise RuntimeError(error_msg)")],
     "startup": [("srt/managers/scheduler.py", 2937, "run_scheduler_process", "scheduler = Scheduler("),

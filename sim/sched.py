@@ -213,7 +213,8 @@ class Scheduler:
         self.kv_used += bs
         self.reserved -= bs
         if not retracted and self.ratio > self.base_ratio:
-            self.ratio = max(self.base_ratio, self.ratio - (1.0 - self.base_ratio) / self.s.card.admission.retract_decay_steps)
+            self.ratio = max(self.base_ratio,
+                             self.ratio - (1.0 - self.base_ratio) / self.s.card.admission.retract_decay_steps)
         while self._finish and self._finish[0][0] <= self.counter:
             at, rid = heapq.heappop(self._finish)
             r = self.running.get(rid)
@@ -226,8 +227,8 @@ class Scheduler:
 
     def _retract(self, bs: int) -> int:
         """The KV pool cannot take one more token per running request: send requests back to the queue (the
-        youngest first, as SGLang does) until the rest can decode RETRACT_STEPS more steps, and make admission conservative (ratio -> 1). A single
-        request that still does not fit is a decode OOM."""
+        youngest first, as SGLang does) until the rest can decode RETRACT_STEPS more steps, and make admission
+        conservative (ratio -> 1). A single request that still does not fit is a decode OOM."""
         order = sorted(self.running.values(), key=attrgetter("start_step"), reverse=True)
         n = 0
         for r in order:

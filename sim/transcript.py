@@ -1,8 +1,8 @@
 """The server log a virtual run would have written: the stand-in's own lines, without processes or clocks.
 
 `transcript(setup, ladder)` renders what the live stand-in logs for the same setup and outcome (startup milestones,
-the pool line, decode lines per level (its largest batch and its fullest KV pool), KV retractions, a crash's traceback and death
-lines), so the virtual path reads crashes and facts with the same classifier and log watcher as a live trial.
+the pool line, decode lines per level (its largest batch and its fullest KV pool), KV retractions, a crash's traceback
+and death lines), so the virtual path reads crashes and facts with the same classifier and log watcher as a live trial.
 """
 from __future__ import annotations
 

@@ -104,7 +104,8 @@ def test_dry_run_prints_the_plan_and_starts_nothing(env):
     assert "--disable-cuda-graph" in argv and argv[argv.index("--tp-size") + 1] == "8"
     assert "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION=1" in res.stdout
     assert "TUNECTL_SIM_PATCHES=0001-flashinfer-cutlass-autotune" in res.stdout
-    assert not env["results"].exists() and not Path(yaml.safe_load(env["profile"].read_text())["host"]["workdir"]).exists()
+    assert (not env["results"].exists()
+            and not Path(yaml.safe_load(env["profile"].read_text())["host"]["workdir"]).exists())
 
 
 def test_stranger_on_the_port_is_one_line_exit_1(env):

@@ -40,7 +40,8 @@ def _rename_knobs(space: dict[str, Any], src: str, dst: str, notes: list[str]) -
         if spec.get("patch") or spec.get("env"):
             continue
         flag = (spec.get("flag") or name).lstrip("-")
-        moved = _move_flags({flag: True if spec["type"] == "bool" else versions.ANY}, src, dst, f"search.space.{name}", notes)
+        moved = _move_flags({flag: True if spec["type"] == "bool" else versions.ANY}, src, dst, f"search.space.{name}",
+                            notes)
         if len(moved) != 1 or (spec["type"] == "bool") != isinstance(next(iter(moved.values())), bool):
             raise versions.FlagGone(f"search.space.{name}: --{flag} becomes {', '.join(moved)} in SGLang {dst}: "
                                     "not one knob; rewrite the knob by hand")

@@ -3,7 +3,8 @@
 Kinds: `random`, `shared_prefix`, `long_prompt` (seeded random token ids, docs/workloads.md), `sharegpt` and
 `jsonl` (a dataset file, `path`), `scenarios` (named input/output length pairs or distributions; one workload per
 scenario in results), `trace` (a request trace with timestamps, replayed: docs/load.md). `turns` > 1 makes
-multi-turn conversations of the synthetic kinds; `multi_turn` does so for a dataset's conversations. Each turn's prompt carries the conversation so far, so turns share their history's prefix.
+multi-turn conversations of the synthetic kinds; `multi_turn` does so for a dataset's conversations. Each turn's prompt
+carries the conversation so far, so turns share their history's prefix.
 """
 from __future__ import annotations
 

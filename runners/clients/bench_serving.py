@@ -32,7 +32,8 @@ from tunectl.profile import WorkloadSpec
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
 from tunectl.runners.hosts.base import LOOPBACK
 
-__all__ = ["CLIENT", "BenchServingClient", "BenchServingOutcome", "bench_serving_argv", "interpret", "parse_result_jsonl",
+__all__ = ["CLIENT", "BenchServingClient", "BenchServingOutcome", "bench_serving_argv", "interpret",
+           "parse_result_jsonl",
            "parse_stdout"]
 
 

@@ -2,8 +2,9 @@
 
 `run_ladder(server, levels, workloads, on_level=None, on_event=None, should_prune=None) -> Ladder`
 
-Each level runs the workload's client (`clients.get(name).run_level`, the Client protocol) in a thread while this thread polls the server log every
-`lifecycle.POLL_S`. A crash (LogWatcher, or the process gone) aborts the client at once and stops the ladder:
+Each level runs the workload's client (`clients.get(name).run_level`, the Client protocol) in a thread while this thread
+polls the server log every `lifecycle.POLL_S`. A crash (LogWatcher, or the process gone) aborts the client at once and
+stops the ladder:
 the level is recorded as "crashed" with the CrashInfo, later levels are not run. A hang (requests in flight and
 no token progress for `timeouts.hang_s`) is a crash of class "hang". `should_prune(level_result)` returning True
 stops the ladder after that level (the trial is "pruned"); `bench.saturation_stop` stops a workload's ladder

@@ -251,7 +251,8 @@ def _probe_timeout(server: Server) -> float:
 
 def startup_timeout(server: Server, what: str) -> CrashInfo:
     """A startup deadline passed. Past `compile_s` with compilers still running it is `timeout_compile`, class
-    infra: a fresh host's one-time compile, not the config's fault (retried; the compiler cache keeps what was built)."""
+    infra: a fresh host's one-time compile, not the config's fault (retried; the compiler cache keeps what was
+    built)."""
     last = server.watcher.last_milestone[0] if server.watcher.last_milestone else "none"
     lines = server.tail(1 << 16).splitlines()
     evidence = {"phase": "startup", "exception_line": lines[-1] if lines else "",

@@ -64,7 +64,8 @@ def expand_env(value: str) -> str:
     return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
 
 
-def server_env(prof: Profile, run_id: str, trial_dir: str, patches: list[str], knob_env: dict[str, str]) -> dict[str, str]:
+def server_env(prof: Profile, run_id: str, trial_dir: str, patches: list[str],
+               knob_env: dict[str, str]) -> dict[str, str]:
     env = {k: expand_env(str(v)) for k, v in prof.server.env.items()}
     env.update({"no_proxy": LOOPBACK, "NO_PROXY": LOOPBACK, "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION": "1",
                 "TMPDIR": f"{trial_dir}/tmp", "TUNECTL_RUN_ID": run_id})

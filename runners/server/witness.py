@@ -7,12 +7,13 @@ Two witnesses, where the server offers them:
 - its `Decode batch, #running-req: N, ..., gen throughput (token/s): X` log lines: time-weighted over the level
   (each line covers about the decode log interval x N tokens, N averaged between the line and the one before, so
   its time is tokens / X), the server's view of the rate. Approximate: on a real H200 at 512 streams with bursty
-  admission it read 27% below the real client's whole run (47% before the trapezoid) (docs/real-gpu.md); the Prometheus counter is exact.
+  admission it read 27% below the real client's whole run (47% before the trapezoid) (docs/real-gpu.md); the Prometheus
+  counter is exact.
 
 `Witness.start(...)` before the level and `.finish(...)` after it give a dict: `server_generation_tokens`,
 `gap_tokens`, `server_mean_ttft_ms`, `log_gen_throughput`, `gap_log` (client / server - 1; `compared` says which
-client reading: its steady window, or the whole run for a client that has none, e.g. sglang.bench_serving), and `flag` when a
-gap is above `DISAGREE` (5%): "client_bound" when the client also saw itself saturated, else "disagree" (the
+client reading: its steady window, or the whole run for a client that has none, e.g. sglang.bench_serving), and `flag`
+when a gap is above `DISAGREE` (5%): "client_bound" when the client also saw itself saturated, else "disagree" (the
 network, or a measurement bug). A witness the server does not offer is left out; never an error.
 """
 from __future__ import annotations

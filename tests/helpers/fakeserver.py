@@ -5,7 +5,8 @@ It answers POST /generate (SGLang native SSE: cumulative `text` + `meta_info.com
 /v1/models and /server_info. Every stream sends its first chunk `ttft_ms` after the request and then one chunk
 of `chunk_tokens` tokens every `itl_ms`, on an absolute schedule (no drift), so a client's measured TTFT/ITL can
 be compared with the truth. `--itl-jitter J` draws each request's gap uniformly from itl x [1-J, 1+J] (seeded by
-`--seed` and the request's number): a server of known mean timing whose throughput varies like a real one's. `--die-after N` makes the whole process exit (code 137, like SGLang's
+`--seed` and the request's number): a server of known mean timing whose throughput varies like a real one's.
+`--die-after N` makes the whole process exit (code 137, like SGLang's
 kill_process_tree) once N requests have started: in-flight streams are cut and later connections refused.
 Several `--workers` processes share the port (SO_REUSEPORT) so the server is not the bottleneck. With
 `--stats-dir D` each worker keeps a histogram of the gaps it actually left between chunks (its own jitter

@@ -196,7 +196,8 @@ class TestGroups:
 
 class TestRun:
     def test_output_exit_code_env_cwd_stdin(self, runner, workdir):
-        code = "import os,sys; print(os.environ['X'], os.getcwd()); print(sys.stdin.read(), file=sys.stderr); sys.exit(4)"
+        code = ("import os,sys; print(os.environ['X'], os.getcwd()); "
+                "print(sys.stdin.read(), file=sys.stderr); sys.exit(4)")
         res = runner.run(py(code), env={"X": "hello"}, cwd=workdir, stdin=b"fed")
         assert res.exit_code == 4 and not res.ok and not res.timed_out
         assert res.stdout.split() == ["hello", workdir]

@@ -3,8 +3,8 @@ one bracketing step of the true capacity of the stand-in's model at that SLO, fo
 same scheduler, arrivals and prompts) by a bisection ten times finer.
 
 When the host is too busy for the client to send a rate on schedule, the search says so and stops: its capacity
-is then a lower bound, checked as one. The stand-in runs at time scale 0.1 here (the default's 0.025 turns a 50 ms stall of a loaded test host into 2 s
-of modeled latency, the SLO itself); the model and the SLO are the default's."""
+is then a lower bound, checked as one. The stand-in runs at time scale 0.1 here (the default's 0.025 turns a 50 ms stall
+of a loaded test host into 2 s of modeled latency, the SLO itself); the model and the SLO are the default's."""
 from __future__ import annotations
 
 import json

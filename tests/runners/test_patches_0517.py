@@ -1,5 +1,5 @@
-"""Bundled patches 0003 and 0004 on the real SGLang 0.5.17 wheel source (pip download --no-deps sglang==0.5.17, cached in
-.cache/sglang-src/0.5.17): applied, verified, reverted to pristine; refused on 0.5.9. Its line in a real server
+"""Bundled patches 0003 and 0004 on the real SGLang 0.5.17 wheel source (pip download --no-deps sglang==0.5.17, cached
+in .cache/sglang-src/0.5.17): applied, verified, reverted to pristine; refused on 0.5.9. Its line in a real server
 log is pinned in tests/reports/test_real_gpu_ssh.py."""
 from __future__ import annotations
 

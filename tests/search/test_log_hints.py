@@ -40,7 +40,8 @@ def test_real_decode_lines_show_a_batch_above_the_captured_graphs_and_a_queue_at
 
 
 PARAMS = {"disable-cuda-graph": False, "cuda-graph-max-bs": 64, "max-running-requests": 256,
-          "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto", "attention-backend": "fa3"}
+          "mem-fraction-static": 0.88, "chunked-prefill-size": 8192, "kv-cache-dtype": "auto",
+          "attention-backend": "fa3"}
 
 
 def hint_moves(facts: dict[str, float], p: dict) -> list[dict]:

@@ -62,7 +62,8 @@ def finished_with_intervals(ladders: list[list[float]], half: float) -> list[opt
     for ladder in ladders:
         t = study.ask()
         t.set_user_attr("ladder", [["random", c, "ok", v, 1.0] for c, v in zip(LEVELS, ladder)])
-        t.set_user_attr("ladder_ci", [["random", c, v * (1 - half), v * (1 + half), 40] for c, v in zip(LEVELS, ladder)])
+        t.set_user_attr("ladder_ci", [["random", c, v * (1 - half), v * (1 + half), 40]
+                                      for c, v in zip(LEVELS, ladder)])
         t.set_user_attr("objective_ci95", [max(ladder) * (1 - half), max(ladder) * (1 + half)])
         t.set_constraint("crash", 0.0)
         study.tell(t, max(ladder))

@@ -171,7 +171,8 @@ def test_a_rerun_with_an_edited_space_is_one_line_and_leaves_nothing_running(tmp
     edited = make_profile(search__finalists={"top_k": 1, "reruns": 1},
                           search__space={**SPACE, "moe-runner-backend": {"type": "categorical",
                                                                          "choices": ["triton", "cutlass"]}})
-    with pytest.raises(UsageError, match=r"search.space changed since study .*moe-runner-backend: choices removed 'flashinfer_cutlass'"):
+    with pytest.raises(UsageError, match=r"search.space changed since study .*moe-runner-backend: "
+                                         r"choices removed 'flashinfer_cutlass'"):
         run_search(edited, trials=5, root=tmp_path, evaluate=VirtualEvaluator(edited), seed=0)
     storage = f"sqlite:///{tmp_path / prof.name / 'study.db'}"
     states = {t.state for t in optuna.load_study(study_name=prof.name, storage=storage).trials}

@@ -36,7 +36,8 @@ def small_profile(tmp: Path) -> Path:
 
 
 def search_cmd(profile: Path, trials: int) -> list[str]:
-    return [sys.executable, "-c", "from tunectl.cli import app; app()", "search", "--trials", str(trials), "--profile", str(profile),
+    return [sys.executable, "-c", "from tunectl.cli import app; app()", "search", "--trials", str(trials),
+            "--profile", str(profile),
             "--study", "clitest", "--json"]
 
 
@@ -81,7 +82,8 @@ def test_kill_9_mid_trial_on_the_stand_in_then_resume(tmp_path: Path) -> None:
     before = {t.number: t.values for t in optuna.load_study(study_name="clitest", storage=storage).trials
               if t.state == TrialState.COMPLETE}
 
-    done = subprocess.run(search_cmd(profile, 3), cwd=tmp_path, capture_output=True, text=True, check=False, timeout=240,
+    done = subprocess.run(search_cmd(profile, 3), cwd=tmp_path, capture_output=True, text=True, check=False,
+                          timeout=240,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)

@@ -1,7 +1,8 @@
 """The real SGLang client (`python -m sglang.bench_serving`, 0.5.9) runs unmodified against the stand-in.
 
 Needs the client installed: `pip install --no-deps sglang==0.5.9` plus pybase64 pillow transformers datasets
-(what bench_serving imports); the tokenizer is the stand-in's own (`tunectl.sim.TOKENIZER`), the tiny Llama's used on the H200.
+(what bench_serving imports); the tokenizer is the stand-in's own (`tunectl.sim.TOKENIZER`), the tiny Llama's used on
+the H200.
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 A closed loop whose client pauses before each request would, on a wall-time clock scaled by 1/scale, leave the
 server idle for modeled seconds. For a client that reads the server's clock (it says how many requests it keeps in
-flight, `X-Sim-Clock: streams=N`, as the built-in client does) the pause is waited out (no modeled time passes), so the server's schedule and the tokens'
-stamps are those of an instant client, and the live reading equals the virtual model's.
+flight, `X-Sim-Clock: streams=N`, as the built-in client does) the pause is waited out (no modeled time passes), so the
+server's schedule and the tokens' stamps are those of an instant client, and the live reading equals the virtual
+model's.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ async def _closed_loop(url: str, streams: int, per_stream: int, pause_s: float) 
             body = {"input_ids": [(k * 997 + i * 31 + j) % 4000 + 5 for j in range(256)], "stream": True,
                     "sampling_params": {"max_new_tokens": 128, "ignore_eos": True}}
             last = None
-            async with session.post(url + "/generate", json=body, headers={"X-Sim-Clock": f"streams={streams}"}) as resp:
+            async with session.post(url + "/generate", json=body,
+                                    headers={"X-Sim-Clock": f"streams={streams}"}) as resp:
                 async for line in resp.content:
                     if line.startswith(b"data: {"):
                         last = json.loads(line[6:])["meta_info"]

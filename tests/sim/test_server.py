@@ -123,7 +123,8 @@ def test_startup_oom(launch) -> None:
     text = srv.text()
     assert "torch.OutOfMemoryError: CUDA out of memory." in text and "fired up" not in text
     assert text.find("Scheduler hit an exception") < text.find("Received sigquit from a child process. It usually "
-                                                               "means the child failed.") < text.find("kill_process_tree")
+                                                               "means the child failed.") < text.find(
+                                                                   "kill_process_tree")
 
 
 def test_capture_cuda_graph_failed(launch) -> None:

@@ -90,7 +90,8 @@ def print_crash(result: TrialResult) -> None:
     if c.exception_line:
         console.print(f"  exception: {c.exception_line}", highlight=False, markup=False)
     if c.exit_code is not None or c.detect_latency_s is not None:
-        console.print(f"  exit code: {c.exit_code}  detected within {_fmt(c.detect_latency_s, 2)} s of the traceback", highlight=False)
+        console.print(f"  exit code: {c.exit_code}  detected within {_fmt(c.detect_latency_s, 2)} s of the traceback",
+                      highlight=False)
     if c.message:
         console.print(f"  {c.message}", highlight=False, markup=False)
     for line in c.traceback_excerpt.splitlines()[-6:]:
@@ -127,6 +128,7 @@ def launches_table(results: list[TrialResult]) -> Table:
         cells = [r.text() if r and r.low != r.high else (_fmt(r.value, 0) if r else s)
                  for r, s in zip(row.readings, row.statuses)]
         p, sp = row.pooled, row.spread
-        tab.add_row(row.workload, str(row.concurrency) if row.load.startswith("c") else row.load, *cells, p.text() if p else "-",
+        tab.add_row(row.workload, str(row.concurrency) if row.load.startswith("c") else row.load, *cells,
+                    p.text() if p else "-",
                     f"{sp:.1%}" if sp is not None else "-")
     return tab

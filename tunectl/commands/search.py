@@ -84,7 +84,8 @@ class Progress:
 def _slot_name(key: Any) -> str:
     """`local:gpus=0,1` -> `local gpus 0,1` (empty for the plain one-slot case)."""
     text = str(key or "")
-    return "" if not text or text.endswith("gpus=all") or text.startswith("virtual") else text.replace(":gpus=", " gpus ")
+    return ("" if not text or text.endswith("gpus=all") or text.startswith("virtual")
+            else text.replace(":gpus=", " gpus "))
 
 
 def _level_text(data: dict[str, Any]) -> str:

@@ -17,8 +17,9 @@ Public API (the lifecycle codes against these names):
   scheduler sent back to the queue because the KV pool was full; from the decode lines the largest batch, the
   largest one run without a CUDA graph and the queue while the batch stood at max_running_requests; from startup
   the largest decode batch captured in a graph, the memory those graphs took and the GPU's memory), token progress
-  (`prefill_batches`, `decode_batches`, `last_progress_at`), and death (`crashed`, `first_traceback_at`, `first_traceback_offset`,
-  `crash_info(phase, level, exit_code, detected_at=None)`). Detection happens inside `feed`, on the line
+  (`prefill_batches`, `decode_batches`, `last_progress_at`), and death (`crashed`, `first_traceback_at`,
+  `first_traceback_offset`, `crash_info(phase, level, exit_code, detected_at=None)`). Detection happens inside `feed`,
+  on the line
   that shows it. After a `SIGTERM received` line (or `mark_stopping()`) death markers are a normal stop.
 
 Phases: "startup" (before the ready line), "load" (after it), "teardown".
