@@ -344,7 +344,8 @@ class Steps:
             return cand if config_key(cand) not in seen else None
         if not like.fixes or config_key(cand) in seen:
             return None
-        more = fp.excess(search, cand, like.params) if fp is not None and like.crash_phase == "startup" else 0.0
+        oom = like.crash_phase == "startup" and (MEM_FRACTION, LOWER) in like.fixes
+        more = fp.excess(search, cand, like.params) if fp is not None and oom else 0.0
         bounds = {} if like.crash_phase != "startup" else oom_bounds(like.exception, cand, search, more) \
             if more > 0 else oom_bounds(like.exception, like.params, search)
         fixes = [f for f in like.fixes if (parent is None or not undoes(search, parent, cand, f))
