@@ -22,10 +22,12 @@ TPE_STARTUP = 6
 # config): one or two knobs changed, ranked by a ridge regression of the value on the knob values times the odds of
 # not being wasted; once TPE_STARTUP trials are done, every trial is (the sampler proposes only when the loop has no
 # step: every neighbour run or vetoed). TPE alone is weak on 40-trial budgets where the best needs several knobs
-# right at once; local steps from the very start get stuck on the first incumbent; after the random start, TPE's
-# own proposals lost to the loop's steps on every card (bench/search_efficiency.py measured all three).
+# right at once; local steps on every turn from the start get stuck on the first incumbent; after the random start,
+# TPE's own proposals lost to the loop's steps on every card; the loop's steps and repairs from the baseline on (the
+# first trial, not the second: TPE's first random draw is spent) cost 10% fewer trials to 95% over six cards
+# (bench/search_efficiency.py measured all four; docs/search.md, the twelfth round).
 LOCAL_EVERY = 2
-LOCAL_AFTER = 2
+LOCAL_AFTER = 1
 # A sampler proposal whose startup-crash odds reach VETO_RISK is dropped unrun, at most MAX_VETOES times in a row.
 VETO_RISK = 0.6
 MAX_VETOES = 10

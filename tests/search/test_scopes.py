@@ -127,11 +127,17 @@ def test_backends_without_kernels_for_the_gpu_are_named() -> None:
 
 
 def test_a_search_never_runs_a_backend_the_gpu_lacks(tmp_path: Path) -> None:
-    # the L40S card's deep_gemm fails at startup ("DeepGEMM requires SM90"): proposals of it are dropped unrun
-    trials = virtual_search(L40S, 16, 3, tmp_path)
-    ran = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
-    assert len(ran) >= 16 and not any(t.params.get(RUNNER) == "deep_gemm" for t in ran)
-    proposed = [t for t in trials if t.params.get(RUNNER) == "deep_gemm"]
+    # the L40S card's deep_gemm fails at startup ("DeepGEMM requires SM90"): proposals of it are dropped unrun.
+    # Whether the sampler proposes it within 16 trials depends on the seed (the loop's own steps come first while
+    # they improve): seeds are tried until one does, and no seed's search runs it.
+    proposed: list[optuna.trial.FrozenTrial] = []
+    for seed in range(8):
+        trials = virtual_search(L40S, 16, seed, tmp_path / str(seed))
+        ran = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
+        assert len(ran) >= 16 and not any(t.params.get(RUNNER) == "deep_gemm" for t in ran)
+        proposed = [t for t in trials if t.params.get(RUNNER) == "deep_gemm"]
+        if proposed:
+            break
     assert proposed and all(t.state == optuna.trial.TrialState.FAIL for t in proposed)     # proposed, dropped
     # the rule itself, before any crash: certain on SM 8.9, silent on SM 9.0 and on an unknown GPU
     prof = load_profile(L40S)
