@@ -22,7 +22,6 @@ from tunectl.search.repair import (
     RepairLookup,
     drives,
     footprint,
-    graph_memory,
     graph_room,
     log_hints,
     lookup,
@@ -221,8 +220,7 @@ class Steps:
         self.gpu_sm = gpu_sm            # a backend this GPU has no kernels for is never proposed (tunectl/scopes.py)
         self.turn = 0
         self.admission = admission(prof)
-        self._risk: tuple[tuple[int, ...], Callable[[dict[str, Any]], float]] | None = None
-        self._fp: tuple[tuple[int, ...], Footprint | None] | None = None
+        self._memo: dict[str, tuple[tuple[int, ...], Any]] = {}     # what one history gives, by name
 
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(params, user_attrs) to queue before the sampler's next proposal: a repair whenever a config that
@@ -264,18 +262,23 @@ class Steps:
             return 1.0, like
         return (self._startup_risk(done, known)(params) if len(done) >= TPE_STARTUP else 0.0), None
 
-    def _footprint(self, done: list[FrozenTrial]) -> Footprint | None:
+    def _per_history(self, name: str, done: list[FrozenTrial], build: Callable[[], Any]) -> Any:
+        """`build()`, once per history (the finished trials): vetoes ask for it once per candidate."""
         key = tuple(t.number for t in done)
-        if self._fp is None or self._fp[0] != key:
-            self._fp = (key, footprint([facts(t) for t in done]))
-        return self._fp[1]
+        hit = self._memo.get(name)
+        if hit is None or hit[0] != key:
+            hit = self._memo[name] = (key, build())
+        return hit[1]
+
+    def _footprint(self, done: list[FrozenTrial]) -> Footprint | None:
+        return self._per_history("footprint", done, lambda: footprint([facts(t) for t in done]))
 
     def _startup_risk(self, done: list[FrozenTrial], known: list[Seen]) -> Callable[[dict[str, Any]], float]:
-        key = tuple(t.number for t in done)
-        if self._risk is None or self._risk[0] != key:
+        def build() -> Callable[[dict[str, Any]], float]:
             rows = history(done, known)
-            self._risk = (key, lambda p: startup_risk(p, rows))
-        return self._risk[1]
+            return lambda p: startup_risk(p, rows)
+
+        return self._per_history("startup_risk", done, build)
 
     def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen],
                 pending: list[tuple[int, str]]) -> tuple[int, dict[str, Any], str] | None:
@@ -313,7 +316,8 @@ class Steps:
         without them comes with the mem fraction lowered as far as the graphs need (`graph_room`: their size from
         the graphs the servers logged, the floor the least free memory any served config was left with); any other
         step, and every step from a config that ran with graphs, as it is."""
-        graph_gb = graph_memory([facts(t) for t in done])
+        fp = self._footprint(done)
+        graph_gb = fp.graph_gb if fp is not None else None
         floor = min((facts(t)["available_gpu_mem_gb"] for t in done
                      if outcome(t) == "ok" and "available_gpu_mem_gb" in facts(t)), default=None)
 
@@ -344,10 +348,12 @@ class Steps:
             return cand if config_key(cand) not in seen else None
         if not like.fixes or config_key(cand) in seen:
             return None
-        oom = like.crash_phase == "startup" and (MEM_FRACTION, LOWER) in like.fixes
-        more = fp.excess(search, cand, like.params) if fp is not None and oom else 0.0
-        bounds = {} if like.crash_phase != "startup" else oom_bounds(like.exception, cand, search, more) \
-            if more > 0 else oom_bounds(like.exception, like.params, search)
+        more, bounds = 0.0, {}
+        if like.crash_phase == "startup":
+            if fp is not None and (MEM_FRACTION, LOWER) in like.fixes:       # an OOM: weigh both footprints
+                more = fp.excess(search, cand, like.params)
+            bounds = oom_bounds(like.exception, cand, search, more) if more > 0 else \
+                oom_bounds(like.exception, like.params, search)
         fixes = [f for f in like.fixes if (parent is None or not undoes(search, parent, cand, f))
                  and (more <= 0 or f[0] in SIZED)]
         for two in repaired_configs(search, cand, fixes, lambda p: complete(search, p, self.rng, base), bounds):

@@ -19,8 +19,7 @@ Public API (the lifecycle codes against these names):
   the largest decode batch captured in a graph, the memory those graphs took and the GPU's memory), token progress
   (`prefill_batches`, `decode_batches`, `last_progress_at`), and death (`crashed`, `first_traceback_at`,
   `first_traceback_offset`, `crash_info(phase, level, exit_code, detected_at=None)`). Detection happens inside `feed`,
-  on the line
-  that shows it. After a `SIGTERM received` line (or `mark_stopping()`) death markers are a normal stop.
+  on the line that shows it. After a `SIGTERM received` line (or `mark_stopping()`) death markers are a normal stop.
 
 Phases: "startup" (before the ready line), "load" (after it), "teardown".
 """
