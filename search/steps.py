@@ -172,6 +172,16 @@ def flat_knobs(incumbent: FrozenTrial, done: list[FrozenTrial]) -> set[str]:
     return out
 
 
+def peers(incumbent: FrozenTrial, done: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The incumbent and the configs that served the whole ladder within FLAT of it, fastest first: a tie is no
+    lead over the incumbent, but its log is as good a witness of what the server lacks (graphs captured for
+    batches smaller than the ones it ran, with the same throughput as graphs off)."""
+    value = incumbent.values[0]
+    ties = [t for t in done if outcome(t) == "ok" and t.number != incumbent.number
+            and t.values[0] >= (1.0 - FLAT) * value]
+    return [incumbent, *sorted(ties, key=lambda t: -t.values[0])]
+
+
 def admission(prof: Profile) -> Admission | None:
     """The knob that caps the running batch (drives max-running-requests) and the most requests the ladder keeps
     in flight (its top level; open-loop: `max_concurrency`), for the value model's hinge; None when either is
@@ -286,8 +296,8 @@ class Steps:
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
         incumbent, or that were repair steps themselves (a hint from the server's log whose config crashed); the
-        incumbent when its log asks for a change (search/repair.py `log_hints`: decode batches above the captured
-        graph sizes, requests queued at max-running-requests). Each repair once, with the bounds the server's log
+        incumbent, then the configs that tied it (`peers`), when its log asks for a change (search/repair.py
+        `log_hints`: decode batches above the captured graph sizes, requests queued at max-running-requests). Each repair once, with the bounds the server's log
         gives (how much memory an OOM missed, how many requests the KV pool holds); at most REPAIRS_PER_CRASH per
         chain (`chain_key`: per config and piece of evidence), the repairs in flight (`pending`: the configs they
         repair and what for; parallel trials) counted, and none for a config whose repair is in flight."""
@@ -388,11 +398,11 @@ class Steps:
                     exc = str(t.user_attrs.get("crash_exception", ""))
                     out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search),
                                 str(t.user_attrs.get("crash_signature", ""))))
-        if incumbent is not None:
-            flags = knobs.merge(self.prof, dict(incumbent.params))[0]
-            for fixes, bounds in log_hints(self.prof.search, dict(incumbent.params), flags, logged,
+        for peer in ([] if incumbent is None else peers(incumbent, done)):
+            flags = knobs.merge(self.prof, dict(peer.params))[0]
+            for fixes, bounds in log_hints(self.prof.search, dict(peer.params), flags, facts(peer),
                                            wl.input_len + wl.output_len):
-                out.append((incumbent, self._unlost(fixes, lost), bounds,
+                out.append((peer, self._unlost(fixes, lost), bounds,
                             "hint:" + ",".join(sorted({str(target) for target, _ in fixes}))))
         return out
 

@@ -435,6 +435,33 @@ def test_one_log_hint_that_spent_its_repairs_leaves_the_incumbents_other_hints_t
     assert {k: v for k, v in cand.items() if params.get(k) != v} == {"cuda-graph-max-bs": 512}
 
 
+def test_a_config_that_tied_the_incumbent_has_its_log_hints_followed_too() -> None:
+    """The incumbent ran without graphs; a config with graphs to 128 served the same (within FLAT) and its log
+    shows decode batches of 400 that ran without graphs: the tie is no lead, but its log says what it lacked, so its
+    hint (graphs to 512) is proposed. A config 3% below the incumbent with the same log is not a tie: no hint."""
+    import random
+
+    from tunectl.search.steps import FLAT, Steps
+
+    prof = sim_profile()
+    nographs = {**baseline_params(prof), "disable-cuda-graph": True}
+    nographs.pop("cuda-graph-max-bs", None)
+    small = {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": 128}
+    incumbent = trial(0, 100.0, {}, **nographs)
+    lacked = {"server_facts": {"decode_bs_nograph_max": 400}}
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    for value, hinted in ((100.0 * (1 - FLAT / 2), True), (97.0, False)):
+        done = [incumbent, trial(1, value, lacked, **small)]
+        got = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
+        if not hinted:
+            assert got is None
+            continue
+        assert got is not None
+        repaired, cand, why = got
+        assert (repaired, why) == (1, "hint:cuda-graph-max-bs")
+        assert {k: v for k, v in cand.items() if small.get(k) != v} == {"cuda-graph-max-bs": 512}
+
+
 def test_a_hint_that_would_repeat_a_repairable_crash_comes_with_that_crash_s_repair() -> None:
     """The incumbent runs without graphs and its log shows decode batches of 400: the hint is graphs on with a max
     bs of 512. Graph capture already ran out of memory at its mem fraction (a sampler's config, graphs to 256), so
