@@ -104,8 +104,14 @@ class SearchLoop:
             fail_stale(self.study, self.hostless)
             self._maybe_local_step()
             trial = self._ask()
-            if veto_run < MAX_VETOES and self._veto(trial):
+            if self._veto(trial):
                 veto_run += 1
+                if veto_run >= MAX_VETOES:          # the sampler keeps proposing what the vetoes drop
+                    veto_run = 0
+                    if not self._step_off():
+                        self.stats.exhausted = True
+                        self.emit("exhausted", trials=self.stats.evaluated)
+                        return
                 continue
             veto_run = 0
             outcome = self.run_one(trial)
@@ -159,11 +165,15 @@ class SearchLoop:
         return any(t.state == TrialState.WAITING for t in self.trials())
 
     def _step_off(self) -> bool:
-        """The sampler keeps proposing configs already run: queue an unseen random one instead."""
+        """The sampler keeps proposing configs already run, or configs the vetoes drop: queue an unseen random
+        one instead (with the loop's vetoes on, one they would not drop: a queued trial skips them); False when
+        200 draws found none."""
         seen = {config_key(t.params) for t in self.trials() if t.state != TrialState.FAIL}
+        done = finished(self.trials())
         for _ in range(200):
             params = random_params(self.prof.search, self.rng)
-            if config_key(params) not in seen:
+            if config_key(params) not in seen and \
+                    (not self.local_steps or self.steps.veto(params, done)[0] < VETO_RISK):
                 self.study.enqueue_trial(params, user_attrs={"role": "search", "stepped_off": True})
                 return True
         return False

@@ -67,8 +67,16 @@ class ParallelLoop(SearchLoop):
                     fail_stale(self.study, self.hostless)
                     self._maybe_local_step()
                     trial = self._ask(self.free[0])
-                    if veto_run < MAX_VETOES and self._veto(trial):
+                    if self._veto(trial):
                         veto_run += 1
+                        if veto_run >= MAX_VETOES:  # the sampler keeps proposing what the vetoes drop
+                            veto_run = 0
+                            if not self._step_off():
+                                if not self.flights:
+                                    self.stats.exhausted = True
+                                    self.emit("exhausted", trials=self.stats.evaluated)
+                                    return
+                                break
                         continue
                     veto_run = 0
                     if self._launch(trial):

@@ -32,7 +32,7 @@ from tunectl.search.repair import (
     pool_relief,
     repaired_configs,
 )
-from tunectl.search.sampler import LOCAL_AFTER, LOCAL_EVERY, TPE_STARTUP, VETO_RISK, complete, neighbours
+from tunectl.search.sampler import LOCAL_AFTER, TPE_STARTUP, VETO_RISK, complete, neighbours
 from tunectl.search.space import base_values, config_key
 from tunectl.search.study import host_of
 from tunectl.search.surrogate import Admission, History, Surrogate, startup_risk
@@ -117,13 +117,6 @@ def lost_moves(done: list[FrozenTrial]) -> set[tuple[str, Any]]:
                 continue
             out.add((k, (RAISE if now > was else LOWER) if numeric((was, now)) else now))
     return out
-
-
-def improved(done: list[FrozenTrial]) -> bool:
-    """The last finished trial was a local or repair step and is the new incumbent."""
-    last = max(done, key=lambda t: t.number)
-    best = fin.candidates(done)
-    return bool(best) and best[0].number == last.number and last.user_attrs.get("proposed_by") in ("local", "repair")
 
 
 def chain_key(t: FrozenTrial, by_number: dict[int, FrozenTrial], reason: str = "") -> tuple[int, str]:
@@ -228,17 +221,15 @@ class Steps:
         # active with their baseline values (the vetoes catch the crashes such a walk meets).
         self.prof, self.repairs, self.rng = prof, repairs, rng
         self.gpu_sm = gpu_sm            # a backend this GPU has no kernels for is never proposed (tunectl/scopes.py)
-        self.turn = 0
         self.admission = admission(prof)
         self._memo: dict[str, tuple[tuple[int, ...], Any]] = {}     # what one history gives, by name
 
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(params, user_attrs) to queue before the sampler's next proposal: a repair whenever a config that
-        out-served the incumbent crashed with a signature the catalog can repair; a local step every
-        LOCAL_EVERY-th turn, and on every turn while the last local or repair step improved the incumbent or once
-        TPE_STARTUP trials are done (None: the sampler proposes)."""
+        out-served the incumbent crashed with a signature the catalog can repair, else a local step from the
+        incumbent (None: the sampler proposes: before LOCAL_AFTER trials, with no served config to step from, or
+        with every neighbour run or vetoed)."""
         done = finished(trials)
-        self.turn += 1
         if len(done) < LOCAL_AFTER:
             return None
         seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
@@ -247,8 +238,6 @@ class Steps:
         if repair is not None:
             return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0],
                                "repair_for": repair[2]}
-        if self.turn % LOCAL_EVERY and not improved(done) and len(done) < TPE_STARTUP:
-            return None
         best = fin.candidates(done)
         if not best:
             return None

@@ -41,10 +41,15 @@ def test_a_switch_into_the_scope_brings_the_knob_at_its_baseline_value() -> None
     assert moved[AUTOTUNE] is False
 
 
-def virtual_search(path: Path, trials: int, seed: int, root: Path) -> list[optuna.trial.FrozenTrial]:
-    """Every trial of a search on the stand-in's virtual model (no finalists)."""
+def virtual_search(path: Path, trials: int, seed: int, root: Path,
+                   baseline: dict[str, object] | None = None) -> list[optuna.trial.FrozenTrial]:
+    """Every trial of a search on the stand-in's virtual model (no finalists). `baseline`: knob defaults instead of
+    the profile's (a baseline that runs out of memory at startup leaves the loop no served config to step from, so
+    the sampler proposes until one serves)."""
     prof = load_profile(path)
     prof.search.finalists.top_k = 0
+    for name, value in (baseline or {}).items():
+        prof.search.space[name].default = value
     url = f"memory:scopes:{path.name}:{seed}"
     run_search(prof, trials=trials, root=root, evaluate=VirtualEvaluator(prof, seed), seed=seed, storage_url=url)
     return optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
@@ -128,11 +133,13 @@ def test_backends_without_kernels_for_the_gpu_are_named() -> None:
 
 def test_a_search_never_runs_a_backend_the_gpu_lacks(tmp_path: Path) -> None:
     # the L40S card's deep_gemm fails at startup ("DeepGEMM requires SM90"): proposals of it are dropped unrun.
-    # Whether the sampler proposes it within 16 trials depends on the seed (the loop's own steps come first while
-    # they improve): seeds are tried until one does, and no seed's search runs it.
+    # The loop's own steps never propose it; the sampler proposes while no config has served (a baseline that runs
+    # out of memory at startup): seeds are tried until its draws include deep_gemm, and no seed's search runs it.
     proposed: list[optuna.trial.FrozenTrial] = []
     for seed in range(8):
-        trials = virtual_search(L40S, 16, seed, tmp_path / str(seed))
+        trials = virtual_search(L40S, 16, seed, tmp_path / str(seed),
+                                {"mem-fraction-static": 0.94, "cuda-graph-max-bs": 512})
+        assert trials[0].user_attrs.get("crash_phase") == "startup"
         ran = [t for t in trials if t.state != optuna.trial.TrialState.FAIL]
         assert len(ran) >= 16 and not any(t.params.get(RUNNER) == "deep_gemm" for t in ran)
         proposed = [t for t in trials if t.params.get(RUNNER) == "deep_gemm"]
@@ -144,3 +151,23 @@ def test_a_search_never_runs_a_backend_the_gpu_lacks(tmp_path: Path) -> None:
     for sm, risk in ((89, 1.0), (90, 0.0), (None, 0.0)):
         steps = Steps(prof, None, random.Random(0), sm)
         assert steps.veto({**base_values(prof), RUNNER: "deep_gemm"}, [])[0] == risk
+
+
+def test_a_search_that_ran_every_config_it_may_run_stops_without_running_what_the_vetoes_drop(tmp_path: Path) -> None:
+    """On L40S, a space of the MoE runner and the attention backend alone: 12 configs, 3 with deep_gemm, which the
+    GPU lacks (and FlashInfer CUTLASS, which crashes at startup on this card). Once the loop has run what it may,
+    the sampler proposes configs already run or vetoed, and the loop steps off to unseen configs the vetoes allow,
+    then stops: never a deep_gemm config, and no runner run again after it crashed at startup (a run of vetoed
+    proposals used to end with the next proposal run as it was)."""
+    prof = load_profile(L40S)
+    prof.search.finalists.top_k = 0
+    prof.search.space = {k: v for k, v in prof.search.space.items() if k in (RUNNER, "attention-backend")}
+    url = "memory:scopes:step-off"
+    out = run_search(prof, trials=14, root=tmp_path, evaluate=VirtualEvaluator(prof, 0), seed=0, storage_url=url)
+    trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
+    ran = [t for t in trials if t.state != optuna.trial.TrialState.FAIL and "duplicate_of" not in t.user_attrs]
+    assert out.exhausted and len(ran) < 14
+    assert not any(t.params[RUNNER] == "deep_gemm" for t in ran)
+    crashed = [t for t in ran if t.user_attrs.get("crash_phase") == "startup"]
+    assert len({t.params[RUNNER] for t in crashed}) == len(crashed)     # each runner crashed once at most
+    assert {t.params[RUNNER] for t in ran} == {"auto", "triton", "flashinfer_cutlass"}
