@@ -288,9 +288,9 @@ class Steps:
         incumbent, then the configs that tied it (`peers`), when its log asks for a change (search/repair.py
         `log_hints`: decode batches above the captured graph sizes, requests queued at max-running-requests). Each
         repair once, with the bounds the server's log gives (how much memory an OOM missed, how many requests the
-        KV pool holds); at most REPAIRS_PER_CRASH per
-        chain (`chain_key`: per config and piece of evidence), the repairs in flight (`pending`: the configs they
-        repair and what for; parallel trials) counted, and none for a config whose repair is in flight."""
+        KV pool holds); at most REPAIRS_PER_CRASH per chain (`chain_key`: per config and piece of evidence), the
+        repairs in flight (`pending`: the configs they repair and what for; parallel trials) counted, and none for
+        a config whose repair is in flight."""
         best = fin.candidates(done)
         fixed = {t.user_attrs.get("repair_of") for t in best} | {n for n, _ in pending}
         base = base_values(self.prof)
