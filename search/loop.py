@@ -105,23 +105,22 @@ class SearchLoop:
             self._maybe_local_step()
             trial = self._ask()
             if self._veto(trial):
-                veto_run += 1
-                if veto_run >= MAX_VETOES:          # the sampler keeps proposing what the vetoes drop
-                    veto_run = 0
-                    if not self._step_off():
-                        self.stats.exhausted = True
-                        self.emit("exhausted", trials=self.stats.evaluated)
-                        return
-                continue
-            veto_run = 0
-            outcome = self.run_one(trial)
-            if self.stats.retired:                 # the one slot is out of the run: retrying would loop forever
+                veto_run = (veto_run + 1) % MAX_VETOES
+                stuck = veto_run == 0               # the sampler keeps proposing what the vetoes drop
+            else:
+                veto_run = 0
+                outcome = self.run_one(trial)
+                if self.stats.retired:             # the one slot is out of the run: retrying would loop forever
+                    return
+                dup_run = dup_run + 1 if outcome == "duplicate" else 0
+                stuck = dup_run >= MAX_DUPLICATES   # ... or what ran already
+            if stuck and not self._step_off():
+                self._exhausted()
                 return
-            dup_run = dup_run + 1 if outcome == "duplicate" else 0
-            if dup_run >= MAX_DUPLICATES and not self._step_off():
-                self.stats.exhausted = True
-                self.emit("exhausted", trials=self.stats.evaluated)
-                return
+
+    def _exhausted(self) -> None:
+        self.stats.exhausted = True
+        self.emit("exhausted", trials=self.stats.evaluated)
 
     def _maybe_local_step(self) -> None:
         """Queue the loop's own proposal (a repair or local step, search/steps.py), if it has one now."""
@@ -170,10 +169,11 @@ class SearchLoop:
         200 draws found none."""
         seen = {config_key(t.params) for t in self.trials() if t.state != TrialState.FAIL}
         done = finished(self.trials())
+        known = self.steps.seen(done)
         for _ in range(200):
             params = random_params(self.prof.search, self.rng)
             if config_key(params) not in seen and \
-                    (not self.local_steps or self.steps.veto(params, done)[0] < VETO_RISK):
+                    (not self.local_steps or self.steps.veto(params, done, known)[0] < VETO_RISK):
                 self.study.enqueue_trial(params, user_attrs={"role": "search", "stepped_off": True})
                 return True
         return False

@@ -68,27 +68,21 @@ class ParallelLoop(SearchLoop):
                     self._maybe_local_step()
                     trial = self._ask(self.free[0])
                     if self._veto(trial):
-                        veto_run += 1
-                        if veto_run >= MAX_VETOES:  # the sampler keeps proposing what the vetoes drop
-                            veto_run = 0
-                            if not self._step_off():
-                                if not self.flights:
-                                    self.stats.exhausted = True
-                                    self.emit("exhausted", trials=self.stats.evaluated)
-                                    return
-                                break
+                        veto_run = (veto_run + 1) % MAX_VETOES
+                        stuck = veto_run == 0       # the sampler keeps proposing what the vetoes drop
+                    else:
+                        veto_run = 0
+                        if self._launch(trial):
+                            dup_run = 0
+                            continue
+                        dup_run += 1
+                        stuck = dup_run >= MAX_DUPLICATES   # ... or what ran or is in flight
+                    if not stuck or self._step_off():
                         continue
-                    veto_run = 0
-                    if self._launch(trial):
-                        dup_run = 0
-                        continue
-                    dup_run += 1
-                    if dup_run >= MAX_DUPLICATES and not self._step_off():
-                        if not self.flights:
-                            self.stats.exhausted = True
-                            self.emit("exhausted", trials=self.stats.evaluated)
-                            return
-                        break                      # wait for a result: it changes what the sampler proposes
+                    if not self.flights:
+                        self._exhausted()
+                        return
+                    break                          # wait for a result: it changes what the sampler proposes
                 if not self.flights:
                     self.stats.retired = not self.free and more()      # every slot out of the run
                     return
