@@ -35,7 +35,7 @@ from tunectl.search.repair import (
 from tunectl.search.sampler import LOCAL_AFTER, TPE_STARTUP, VETO_RISK, complete, neighbours
 from tunectl.search.space import base_values, config_key
 from tunectl.search.study import host_of
-from tunectl.search.surrogate import Admission, History, Surrogate, startup_risk
+from tunectl.search.surrogate import Admission, History, Surrogate, ordered, startup_risk
 
 from tunectl import knobs, scopes
 from tunectl.models import LOWER, RAISE, ladder_steps
@@ -175,6 +175,36 @@ def peers(incumbent: FrozenTrial, done: list[FrozenTrial]) -> list[FrozenTrial]:
     return [incumbent, *sorted(ties, key=lambda t: -t.values[0])]
 
 
+def splits(prof: Profile, incumbent: FrozenTrial, done: list[FrozenTrial], rng: random.Random) -> list[dict[str, Any]]:
+    """The two halves of a pair move that made the incumbent: each of its two knobs taken back alone. Only for a
+    local step that beat the config it stepped from (the best before it) by more than FLAT, moved two unordered
+    knobs (choices, bools: backends) and set at least one value no served config had: the value model is additive,
+    so it credits the gain to both new values, yet a backend's speed depends on the others (FlashInfer attention
+    behind FA3 with one MoE runner, ahead with another), and a passenger that costs a few percent rides along in
+    every step after. An ordered knob's share is left to the model (its position and square are fitted from every
+    config along it)."""
+    before = fin.candidates([t for t in done if t.number < incumbent.number])
+    if not before or incumbent.user_attrs.get("proposed_by") != "local" \
+            or incumbent.values[0] <= (1.0 + FLAT) * before[0].values[0]:
+        return []
+    parent, mine, base = dict(before[0].params), dict(incumbent.params), base_values(prof)
+    # the knobs the step set: changed, or switched on at a value of its own (not those its moves switched off)
+    diff = sorted(k for k in mine if (parent[k] if k in parent else base.get(k)) != mine[k])
+    if len(diff) != 2 or any(ordered(prof.search.space[k]) for k in diff):
+        return []
+    served = {(k, config_key({k: t.params.get(k)})) for t in done if t.number < incumbent.number
+              and outcome(t) == "ok" for k in diff}
+    if all((k, config_key({k: mine[k]})) in served for k in diff):
+        return []
+    out = []
+    for k in diff:
+        cand = {n: v for n, v in mine.items() if n != k}
+        if k in parent:
+            cand[k] = parent[k]
+        out.append(complete(prof.search, cand, rng, {**base, **parent}))
+    return out
+
+
 def admission(prof: Profile) -> Admission | None:
     """The knob that caps the running batch (drives max-running-requests) and the most requests the ladder keeps
     in flight (its top level; open-loop: `max_concurrency`), for the value model's hinge; None when either is
@@ -227,8 +257,8 @@ class Steps:
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(params, user_attrs) to queue before the sampler's next proposal: a repair whenever a config that
         out-served the incumbent crashed with a signature the catalog can repair, else a local step from the
-        incumbent (None: the sampler proposes: before LOCAL_AFTER trials, with no served config to step from, or
-        with every neighbour run or vetoed)."""
+        incumbent, the halves of the pair move that made it first (`splits`) (None: the sampler proposes: before
+        LOCAL_AFTER trials, with no served config to step from, or with every neighbour run or vetoed)."""
         done = finished(trials)
         if len(done) < LOCAL_AFTER:
             return None
@@ -244,6 +274,10 @@ class Steps:
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, base_values(self.prof),
                            history(done, known), self._excluded(known), flat_knobs(best[0], done), self.admission)
         room = self._room(done)(best[0])
+        halves = splits(self.prof, best[0], done, self.rng)
+        if halves:
+            model = Surrogate(self.prof.search, history(done, known), self.admission)
+            cands = sorted(halves, key=lambda c: -model.score(c)) + cands
         cands = [c for c in map(room, cands) if config_key(c) not in seen]
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})

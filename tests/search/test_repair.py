@@ -643,3 +643,45 @@ def test_a_kv_pool_repair_that_would_repeat_a_capture_oom_keeps_its_raise_and_th
     done = [incumbent, oom, ran]
     after = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
     assert after is None or after[2] != "kv_pool_oom"
+
+
+def test_a_pair_of_new_backends_that_won_is_split_next_an_ordered_pair_or_a_tie_is_not() -> None:
+    """A local step moved two unordered knobs at once (MoE runner and radix cache), neither value served before,
+    and beat the config it stepped from: the value model credits both, so the next step takes each back alone
+    (the one it rates higher first). Not for a pair with an ordered knob, nor for one within FLAT of its parent,
+    nor for a pair whose values both served before."""
+    import random
+
+    from tunectl.search.sampler import complete
+    from tunectl.search.steps import FLAT, Steps, splits
+
+    prof = sim_profile()
+    prof.search.try_first = []
+    base = baseline_params(prof)
+
+    def config(**moved: Any) -> dict[str, Any]:       # knobs that a move switches off dropped
+        return complete(prof.search, {**base, **moved}, random.Random(0), base)
+
+    radix = not base["disable-radix-cache"]
+    pair = config(**{"moe-runner-backend": "triton", "disable-radix-cache": radix})
+    halves = [config(**{"moe-runner-backend": "triton"}), config(**{"disable-radix-cache": radix})]
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    done = [trial(0, 100.0, {"proposed_by": "tpe"}, **base), trial(1, 120.0, {"proposed_by": "local"}, **pair)]
+    got = steps.next(done)
+    assert got is not None and got[1]["proposed_by"] == "local"
+    assert got[0] in halves
+    assert sorted(map(config_key, splits(prof, done[1], done, random.Random(0)))) == sorted(map(config_key, halves))
+    # the other half once one has run
+    done.append(trial(2, 110.0, {"proposed_by": "local"}, **got[0]))
+    assert steps.next(done)[0] == next(h for h in halves if h != got[0])
+
+    rng = random.Random(0)
+    tie = [done[0], trial(1, 100.0 * (1 + FLAT / 2), {"proposed_by": "local"}, **pair)]
+    assert splits(prof, tie[1], tie, rng) == []
+    ordered_pair = config(**{"moe-runner-backend": "triton", "max-running-requests": 512})
+    ordered_done = [done[0], trial(1, 120.0, {"proposed_by": "local"}, **ordered_pair)]
+    assert splits(prof, ordered_done[1], ordered_done, rng) == []
+    both_served = [done[0], trial(1, 90.0, {"proposed_by": "local"}, **halves[0]),
+                   trial(2, 90.0, {"proposed_by": "local"}, **halves[1]),
+                   trial(3, 120.0, {"proposed_by": "local"}, **pair)]
+    assert splits(prof, both_served[3], both_served, rng) == []
