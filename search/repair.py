@@ -10,6 +10,7 @@ neighbour is.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,17 +18,36 @@ from typing import Any
 
 from tunectl import knobs
 from tunectl.models import LOWER, RAISE
+from tunectl.versions import ANY, FlagGone, bundled_versions, translate
 from tunectl.profile import ParamSpec, SearchSpec
 from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
 
 RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
 
 
+@functools.lru_cache(maxsize=256)
+def spellings(flag: str) -> frozenset[str]:
+    """A flag's names across the bundled SGLang versions where only the name changed: the search's own targets
+    (graph max bs, mem fraction, ...) are spelled as 0.5.9 spells them, a knob as its profile's version does
+    (`cuda-graph-max-bs` is 0.5.17's deprecated alias of `cuda-graph-max-bs-decode` and gone in 0.5.23). Not a
+    flag a deprecation replaces by others with set values (`disable-cuda-graph`)."""
+    out = {flag}
+    for src in bundled_versions():
+        for dst in bundled_versions():
+            try:
+                moved = translate(flag, ANY, src, dst).flags
+            except (FlagGone, KeyError, ValueError):
+                continue
+            if len(moved) == 1 and set(moved.values()) == {ANY}:
+                out |= set(moved)
+    return frozenset(out)
+
+
 def drives(name: str, spec: ParamSpec, target: str) -> bool:
-    """Does knob `name` set the repair's target (flag, env variable or patch)?"""
+    """Does knob `name` set the repair's target (flag, under any of its `spellings`; env variable or patch)?"""
     own = knobs.target(name, spec)
     if own.kind == "flag":
-        return own.key.replace("_", "-") == target.replace("_", "-")
+        return own.key.replace("_", "-") in spellings(target.replace("_", "-"))
     return own.key == target
 
 

@@ -33,9 +33,6 @@ VERSIONS = ("0.5.9", "0.5.17", "0.5.23")
 # (real: "Unsupported config option 'cuda_graph_backend_prefill' with action 'DeprecatedStoreConstAction'"): tunectl
 # puts them on the command line (runners/server/plan.py).
 CONFIG_UNSUPPORTED: dict[str, dict[str, str]] = {v: config_refused(v) for v in VERSIONS}
-# 0.5.17's (and 0.5.23's) names of the knobs the stand-in's model reads under their 0.5.9 names.
-RENAMED_0517 = {"cuda_graph_max_bs_decode": "cuda_graph_max_bs", "dsa_prefill_backend": "nsa_prefill_backend",
-                "dsa_decode_backend": "nsa_decode_backend"}
 DEFAULTS: dict[str, Any] = {"host": "127.0.0.1", "port": 30000, "tensor-parallel-size": 1, "stream-interval": 1,
                             "watchdog-timeout": 300.0, "log-level": "info"}
 
@@ -115,13 +112,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def model_config(ns: argparse.Namespace) -> dict[str, Any]:
-    """The namespace as the model's config dict (underscored names, unset values dropped; later versions' names of the
-    model's knobs read as their 0.5.9 names)."""
-    out = {k: v for k, v in vars(ns).items() if v is not None and v is not False and not k.startswith("sim_")}
-    if getattr(ns, "sim_sglang_version", SGLANG_VERSION) != "0.5.9":
-        for new, old in RENAMED_0517.items():
-            if new in out:
-                out[old] = out.pop(new)
-        if out.get("cuda_graph_backend_decode") == "disabled":
-            out["disable_cuda_graph"] = True
-    return out
+    """The namespace as the model's config dict (underscored names, unset values dropped; `sim/setup.py`
+    `normalize` reads later versions' names of the model's knobs as their 0.5.9 names)."""
+    return {k: v for k, v in vars(ns).items() if v is not None and v is not False and not k.startswith("sim_")}

@@ -23,10 +23,22 @@ DEFAULTS: dict[str, Any] = {  # SGLang 0.5.9 defaults for the flags the model re
 }
 
 
+# 0.5.17's (and 0.5.23's) names of the knobs the model reads under their 0.5.9 names.
+RENAMED_0517 = {"cuda_graph_max_bs_decode": "cuda_graph_max_bs", "dsa_prefill_backend": "nsa_prefill_backend",
+                "dsa_decode_backend": "nsa_decode_backend"}
+
+
 def normalize(config: dict[str, Any]) -> dict[str, Any]:
-    out = dict(DEFAULTS)
-    out.update({k.lstrip("-").replace("-", "_"): v for k, v in config.items() if v is not None})
-    return out
+    """A config as the model reads it, live (the parsed namespace) or virtual (a profile's flags): underscored
+    names, SGLang's defaults for what it leaves unset, later versions' names as 0.5.9's (a 0.5.9 parser refuses
+    them, so a 0.5.9 config never has them)."""
+    given = {k.lstrip("-").replace("-", "_"): v for k, v in config.items() if v is not None}
+    for new, old in RENAMED_0517.items():
+        if new in given:
+            given[old] = given.pop(new)
+    if given.get("cuda_graph_backend_decode") == "disabled":
+        given["disable_cuda_graph"] = True
+    return {**DEFAULTS, **given}
 
 
 @dataclass

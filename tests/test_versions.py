@@ -125,9 +125,10 @@ def test_a_repair_reaches_the_knob_of_a_moved_profile() -> None:
     params = {"disable-cuda-graph": False, "cuda-graph-max-bs-decode": 256}
     moves = repair_moves(prof.search, params, _repairs("capture_cuda_graph_failed", "0.5.23"))
     assert {"cuda-graph-max-bs-decode": 128} in moves
-    assert repair_moves(prof.search, params, next(s for s in SIGNATURES
-                                                  if s.id == "capture_cuda_graph_failed").repairs) == [
-        m for m in moves if "cuda-graph-max-bs-decode" not in m]     # the 0.5.9 names alone miss the knob
+    # the catalog's 0.5.9 names reach it too (search/repair.py `spellings`: the search's own targets, the log
+    # hints' graph max bs among them, are spelled as 0.5.9 spells them)
+    assert {"cuda-graph-max-bs-decode": 128} in repair_moves(
+        prof.search, params, next(s for s in SIGNATURES if s.id == "capture_cuda_graph_failed").repairs)
 
 
 @pytest.mark.parametrize(("src", "dst"), [(a, b) for a in ("0.5.9", "0.5.17", "0.5.23")

@@ -191,3 +191,28 @@ def test_real_startup_lines_size_the_graphs_and_the_gpu() -> None:
            b"avail mem=11.31 GB.\n", 0.0)
     w.flush(0.0)
     assert (w.facts["graph_bs_max"], w.facts["graph_mem_gb"]) == (32, 0.88)
+
+
+def test_a_profile_for_sglang_0_5_23_walks_as_its_0_5_9_twin(tmp_path: Path) -> None:
+    """SGLang 0.5.23 has no --cuda-graph-max-bs (0.5.17 made it an alias of --cuda-graph-max-bs-decode): the same
+    8B profile written for 0.5.23 names its knob cuda-graph-max-bs-decode. Its log hint raises that knob, the
+    footprint and vetoes read it, and the stand-in runs it as the 0.5.9 flag: the two walks are the same trial for
+    trial (without the spellings, the 0.5.23 walk got no graph hint and went elsewhere)."""
+    text = PROFILE.read_text().replace('sglang_version: "0.5.9"', 'sglang_version: "0.5.23"')
+    text = text.replace("\n    cuda-graph-max-bs:", "\n    cuda-graph-max-bs-decode:")
+    (tmp_path / "p23.yaml").write_text(text)
+    walks = []
+    for i, path in enumerate((PROFILE, tmp_path / "p23.yaml")):
+        prof = load_profile(path)
+        prof.search.finalists.top_k = 0
+        assert ("cuda-graph-max-bs-decode" in prof.search.space) == (i == 1)
+        out = run_search(prof, trials=10, root=tmp_path / str(i), evaluate=VirtualEvaluator(prof), seed=0)
+        walks.append(search_trials(out.storage, prof.name))
+    old, new = walks
+    assert [(t.user_attrs.get("proposed_by"), t.values[0] if t.values else None, t.user_attrs.get("crash_signature"))
+            for t in new] == [(t.user_attrs.get("proposed_by"), t.values[0] if t.values else None,
+                               t.user_attrs.get("crash_signature")) for t in old]
+    hint = new[1]
+    assert hint.user_attrs["proposed_by"] == "repair" and hint.user_attrs["repair_of"] == new[0].number
+    changed = {k: v for k, v in hint.params.items() if new[0].params.get(k) != v}
+    assert list(changed) == ["cuda-graph-max-bs-decode"] and hint.values[0] > new[0].values[0]

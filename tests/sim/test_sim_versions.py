@@ -19,12 +19,18 @@ def test_0523_finds_the_removed_cuda_graph_max_bs_ambiguous_like_the_real_parser
 
 @pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
 def test_each_versions_names_reach_the_model_as_one_setting(version: str) -> None:
-    old = sim_args.model_config(sim_args.parse(["--cuda-graph-max-bs", "64", "--nsa-prefill-backend", "tilelang"]))
-    new = sim_args.model_config(sim_args.parse(["--cuda-graph-max-bs-decode", "64", "--dsa-prefill-backend",
-                                                "tilelang", "--sim-sglang-version", version]))
+    """Live (the parsed command line) and virtual (a profile's flags, tunectl/virtual.py): the model reads
+    0.5.17's and 0.5.23's names as 0.5.9's."""
+    from tunectl.sim.setup import normalize
+
+    old = normalize(sim_args.model_config(sim_args.parse(["--cuda-graph-max-bs", "64", "--nsa-prefill-backend",
+                                                          "tilelang"])))
+    new = normalize(sim_args.model_config(sim_args.parse(["--cuda-graph-max-bs-decode", "64", "--dsa-prefill-backend",
+                                                          "tilelang", "--sim-sglang-version", version])))
+    virtual = normalize({"cuda-graph-max-bs-decode": 64, "dsa-prefill-backend": "tilelang"})
     keys = ("cuda_graph_max_bs", "nsa_prefill_backend")
-    assert {k: old[k] for k in keys} == {k: new[k] for k in keys} == {"cuda_graph_max_bs": 64,
-                                                                     "nsa_prefill_backend": "tilelang"}
+    assert {k: old[k] for k in keys} == {k: new[k] for k in keys} == {k: virtual[k] for k in keys} == {
+        "cuda_graph_max_bs": 64, "nsa_prefill_backend": "tilelang"}
 
 
 def test_0523_refuses_in_a_config_file_what_its_parser_refuses(tmp_path: Path) -> None:
