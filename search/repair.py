@@ -18,9 +18,9 @@ from typing import Any
 
 from tunectl import knobs
 from tunectl.models import LOWER, RAISE
-from tunectl.versions import ANY, FlagGone, bundled_versions, translate
 from tunectl.profile import ParamSpec, SearchSpec
 from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
+from tunectl.versions import ANY, FlagGone, bundled_versions, translate
 
 RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
 
