@@ -19,7 +19,7 @@ from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params, snap
 from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
-from tunectl.search.steps import Steps, counted, finished
+from tunectl.search.steps import Steps, counted, finished, ran
 from tunectl.search.study import (
     HOST_ATTR,
     Heartbeat,
@@ -153,7 +153,7 @@ class SearchLoop:
     def _regrid(self, trial: optuna.trial.Trial, params: dict[str, Any], done: list[FrozenTrial]) -> bool:
         """A sampler proposal off the grid: told FAIL unrun, and its grid version queued instead (unless it ran
         already or a veto drops it)."""
-        seen = {config_key(t.params) for t in self.trials() if t.state != TrialState.FAIL}
+        seen = ran(self.trials())
         trial.set_user_attr("regridded", True)
         self.study.tell(trial, state=TrialState.FAIL)
         if config_key(params) not in seen and self.steps.veto(params, done)[0] < VETO_RISK:
@@ -167,9 +167,9 @@ class SearchLoop:
         """The sampler keeps proposing configs already run, or configs the vetoes drop: queue an unseen random
         one instead (with the loop's vetoes on, one they would not drop: a queued trial skips them); False when
         200 draws found none."""
-        seen = {config_key(t.params) for t in self.trials() if t.state != TrialState.FAIL}
-        done = finished(self.trials())
-        known = self.steps.seen(done)
+        trials = self.trials()
+        seen, done = ran(trials), finished(trials)
+        known = self.steps.seen(done) if self.local_steps else []
         for _ in range(200):
             params = random_params(self.prof.search, self.rng)
             if config_key(params) not in seen and \

@@ -222,6 +222,11 @@ def counted(t: FrozenTrial) -> bool:
             and not (t.state == TrialState.RUNNING and host_of(t) is None))
 
 
+def ran(trials: list[FrozenTrial]) -> set[str]:
+    """The configs run, running or queued (`config_key`; not those told FAIL unrun: vetoed, re-gridded, ...)."""
+    return {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
+
+
 def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in trials if counted(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
 
@@ -262,7 +267,7 @@ class Steps:
         done = finished(trials)
         if len(done) < LOCAL_AFTER:
             return None
-        seen = {config_key(t.params) for t in trials if t.state != TrialState.FAIL}
+        seen = ran(trials)
         known = self.seen(done)
         repair = self._repair(done, seen, known, in_flight_repairs(trials))
         if repair is not None:
@@ -275,9 +280,9 @@ class Steps:
                            history(done, known), self._excluded(known), flat_knobs(best[0], done), self.admission)
         room = self._room(done)(best[0])
         halves = splits(self.prof, best[0], done, self.rng)
-        if halves:
-            model = Surrogate(self.prof.search, history(done, known), self.admission)
-            cands = sorted(halves, key=lambda c: -model.score(c)) + cands
+        if halves:                              # in the neighbours' order (each half is one of them)
+            rank = {config_key(c): i for i, c in enumerate(cands)}
+            cands = sorted(halves, key=lambda c: rank.get(config_key(c), len(rank))) + cands
         cands = [c for c in map(room, cands) if config_key(c) not in seen]
         pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
         return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
