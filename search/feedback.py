@@ -13,16 +13,11 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from tunectl.crashes.classifier import LOG_FACTS
 from tunectl.models import LadderStep, TrialResult
 from tunectl.objective import Score, score
 from tunectl.profile import Profile
 
-# What the search reads from the server's log (tunectl/crashes LogWatcher.facts): the KV pool, the limits it ran
-# with, the memory left after the static pool and graphs, requests retracted because the pool was full, the decode
-# batches, the CUDA graphs captured (largest batch, memory) and the GPU's memory.
-SERVER_FACTS = ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "available_gpu_mem_gb",
-                "retracted_reqs", "decode_bs_max", "decode_bs_nograph_max", "decode_queue_at_cap",
-                "decode_queue_pool_full", "graph_bs_max", "graph_mem_gb", "gpu_mem_gb")
 PENALTY_LATENCY_MS = 1e9          # p99 TTFT told for a config that never served (multi-objective)
 
 
@@ -76,7 +71,7 @@ def evidence_attrs(result: TrialResult) -> dict[str, Any]:
                              "max_stable_concurrency": result.max_stable_concurrency,
                              "wall_s": round(result.wall_s, 3), "attempt": result.attempt}
     if result.server_facts:
-        attrs["server_facts"] = {k: v for k, v in result.server_facts.items() if k in SERVER_FACTS}
+        attrs["server_facts"] = {k: v for k, v in result.server_facts.items() if k in LOG_FACTS}
     if result.crash:
         c = result.crash
         attrs.update({"crash_class": c.cls, "crash_signature": c.signature, "crash_phase": c.phase,

@@ -74,7 +74,7 @@ def history(done: list[FrozenTrial], known: list[Seen] | None = None) -> History
 
 
 def facts(t: FrozenTrial) -> dict[str, float]:
-    """What the trial's server logged (search/feedback.py SERVER_FACTS)."""
+    """What the trial's server logged (tunectl/crashes/classifier.py LOG_FACTS)."""
     return t.user_attrs.get("server_facts") or {}
 
 

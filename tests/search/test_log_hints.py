@@ -216,3 +216,27 @@ def test_a_profile_for_sglang_0_5_23_walks_as_its_0_5_9_twin(tmp_path: Path) -> 
     assert hint.user_attrs["proposed_by"] == "repair" and hint.user_attrs["repair_of"] == new[0].number
     changed = {k: v for k, v in hint.params.items() if new[0].params.get(k) != v}
     assert list(changed) == ["cuda-graph-max-bs-decode"] and hint.values[0] > new[0].values[0]
+
+
+def test_every_fact_the_log_gives_reaches_the_search_through_the_one_list() -> None:
+    """The classifier writes LOG_FACTS and the search keeps exactly those in a trial's record: no fact the log
+    gives can fall between two lists. End to end on a real SGLang 0.5.17 log (the FP8 KV pool of the SSH MoE search)
+    with a full pool: log -> facts -> the trial's stored record -> the search's moves: a larger pool, not the FP8 KV
+    the pool already has."""
+    from tunectl.crashes.classifier import LOG_FACTS
+    from tunectl.models import TrialResult
+    from tunectl.search.feedback import evidence_attrs
+
+    real = ROOT / "docs" / "real-gpu" / "ssh-moe" / "results" / "ssh-moe-search" / "trials" / "2" / "server.log"
+    seen: set[str] = set()
+    for log in [real, *sorted(LOGS.rglob("*.log"))]:
+        seen |= set(facts_of(log))
+    assert seen and seen <= set(LOG_FACTS)
+    w = LogWatcher()
+    w.feed(real.read_bytes() + (POOL_FULL_LINE + "\n").encode(), 0.0)
+    w.flush(0.0)
+    stored = evidence_attrs(TrialResult(trial=2, status="ok", server_facts=dict(w.facts)))["server_facts"]
+    assert stored["kv_cache_bits"] == 8 and stored["decode_queue_pool_full"] == 95
+    params = {**PARAMS, "cuda-graph-max-bs": 512, "max-running-requests": 1024}
+    (larger,) = hint_moves(stored, params)
+    assert list(larger) == ["mem-fraction-static"]

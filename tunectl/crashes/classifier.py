@@ -192,6 +192,16 @@ def classify(text: str, phase: str, level: int | None = None, exit_code: int | N
                      message=desc)
 
 
+# Every fact LogWatcher.facts can hold: the one list, written here and read by the search (search/feedback.py keeps
+# these in a trial's record). The KV pool (`kv_tokens`, `kv_cache_bits`), the limits the server ran with, the memory
+# left after the static pool and graphs, requests retracted because the pool was full, the decode batches, the CUDA
+# graphs captured (largest batch, memory) and the GPU's memory.
+LOG_FACTS = ("max_total_num_tokens", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests",
+             "context_len", "available_gpu_mem_gb", "retracted_reqs", "kv_tokens", "kv_cache_bits",
+             "graph_bs_max", "graph_mem_gb", "gpu_mem_gb", "decode_bs_max", "decode_bs_nograph_max",
+             "decode_queue_at_cap", "decode_queue_pool_full")
+
+
 class LogWatcher:
     """Incremental reader of a server log; see the module docstring for the attributes."""
 
