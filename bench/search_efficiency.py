@@ -17,6 +17,10 @@ virtual trial held for its modelled duration x PACE), its rows named `tpe xN` be
 a repair step and the crash or log hint it answered) and what came of them (gain, served, crashed, pruned).
     python bench/search_efficiency.py --warm-start 0.5.17 [--profiles profiles/sim-glm5.yaml] [--seeds 10]
         [--old-trials 40] [--trials 40]      # warm vs cold start after an upgrade (bench/warm_start.py)
+    python bench/search_efficiency.py --truth [--seeds 30] [--budget-reruns N]   # noise on: the winner's true
+        value vs the card's best, the winner's curse (bench/winner_truth.py, docs/search.md)
+    python bench/search_efficiency.py --landscape FILE [--seeds 30]   # on a measured landscape, replayed
+        (bench/landscape_judge.py, docs/landscapes.md)
 """
 from __future__ import annotations
 
@@ -75,7 +79,7 @@ def _scan_chunk(job: tuple[str, list[dict[str, Any]], int]) -> tuple[float, dict
     """Best config of a chunk that is stable on every seed (later seeds only for a new best), and its crashes."""
     path, configs, seeds = job
     prof = load_profile(path)
-    evals = [VirtualEvaluator(prof, s) for s in range(seeds)]
+    evals = [VirtualEvaluator(prof, s, noise=0.0) for s in range(seeds)]     # the card's true (noise-free) values
     best: tuple[float, dict[str, Any]] = (0.0, {})
     crashes = 0
     for params in configs:
@@ -248,7 +252,26 @@ def main() -> None:
     ap.add_argument("--old-trials", type=int, default=40, help="--warm-start: trials of the old study")
     ap.add_argument("--budget", action="store_true", help="per card, where the trials before 95%% went: by proposer "
                     "(sampler, local step, repair step and the crash or log hint it answered) and outcome")
+    ap.add_argument("--landscape", metavar="FILE", default=None, help="judge the search on a measured landscape "
+                    "(landscape.json, replayed: bench/landscape_judge.py) instead of the sim cards")
+    ap.add_argument("--client", default=None, help="--landscape: whose readings to replay (default: builtin)")
+    ap.add_argument("--readings", default="launches", choices=("launches", "none"), help="--landscape: readings "
+                    "drawn from the measured launches (launches) or each level's mean, no noise (none)")
+    ap.add_argument("--truth", action="store_true", help="noise on, finalists raced: the declared winner's true "
+                    "value against the card's best, and the winner's curse (bench/winner_truth.py)")
+    ap.add_argument("--budget-reruns", type=int, default=None, help="--truth: the race's rerun budget (default: "
+                    "the profile's search.finalists.budget)")
     args = ap.parse_args()
+    if args.truth:
+        from bench import winner_truth
+
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            return winner_truth.main(args, pool)
+    if args.landscape:
+        from bench import landscape_judge
+
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            return landscape_judge.main(args, pool)
     if args.warm_start:
         from bench import warm_start
 

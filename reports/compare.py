@@ -6,12 +6,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tunectl.reports.data import best_trial, load_study, peak_level
+from tunectl.reports.command import STAND_IN_ENV, user_env
+from tunectl.reports.data import (
+    best_trial,
+    load_study,
+    objective,
+    peak_level,
+    study_profile,
+    unit,
+    winner_number,
+)
 
 from tunectl.errors import UsageError
 from tunectl.store import StudyStore, list_studies
 
-RESULT_KEYS = ("output_throughput", "concurrency", "max_stable_concurrency", "p99_ttft_ms", "p99_tpot_ms",
+RESULT_KEYS = ("objective", "output_throughput", "concurrency", "max_stable_concurrency", "p99_ttft_ms", "p99_tpot_ms",
                "crash", "sglang_version", "host")
 
 
@@ -37,7 +46,7 @@ def trial_side(root: Path, study: str, n: int | None) -> dict[str, Any]:
         raise UsageError(f"{study}: {what}")
     launch = data.launches.get(t.trial, {})
     peak = peak_level(t)
-    results = {"output_throughput": t.best_output_throughput,
+    results = {"objective": _objective(data, t), "output_throughput": t.best_output_throughput,
                "concurrency": peak.concurrency if peak else None,
                "max_stable_concurrency": t.max_stable_concurrency,
                "p99_ttft_ms": peak.metrics.get("p99_ttft_ms") if peak else None,
@@ -45,8 +54,24 @@ def trial_side(root: Path, study: str, n: int | None) -> dict[str, Any]:
                "crash": f"{t.crash.cls} at c={t.crash.level}: {t.crash.exception_line}" if t.crash else None,
                "sglang_version": t.sglang_version, "host": t.host}
     return {"label": f"{study}:{t.trial}", "flags": _norm_flags(launch.get("config") or {}),
-            "env": dict(launch.get("env") or {}), "patches": list(launch.get("patches") or []),
+            "env": _config_env(launch), "patches": list(launch.get("patches") or []),
             "results": results}
+
+
+def _config_env(launch: dict[str, Any]) -> dict[str, str]:
+    """The environment that belongs to the config: not tunectl's per-run bookkeeping (TMPDIR, TUNECTL_RUN_ID, ...,
+    different on every launch) nor the stand-in's patch switch (the patches have their own section)."""
+    return {k: v for k, v in user_env(launch).items() if k not in STAND_IN_ENV}
+
+
+def _objective(data: Any, t: Any) -> str:
+    """The study's objective for this config: the winner's one number (confirmed over its launches) for the winner's
+    config, else this trial's own reading of it."""
+    number, best = winner_number(data), best_trial(data)
+    if number is not None and best is not None and t.params == best.params:
+        runs = f"mean of {number['n']} launches" if number["n"] > 1 else "1 launch"
+        return f"{number['value']:,.1f} {number['unit']} ({runs})"
+    return f"{objective(t, study_profile(data)).value:,.1f} {unit(study_profile(data))} (1 launch)"
 
 
 def profile_side(path: Path) -> dict[str, Any]:

@@ -4,7 +4,6 @@ Everything here reads; nothing runs. Metric names are SGLang's (output_throughpu
 """
 from __future__ import annotations
 
-import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from tunectl.objective import score
 from tunectl.profile import Profile
 from tunectl.stats import Interval, compare, gain, pooled, spread
 from tunectl.store import StudyStore, read_json
+from tunectl.reports.command import STAND_IN_ENV, reproduce, user_env  # noqa: F401  (re-exported)
 
 FINISHED = ("ok", "crashed", "pruned")
 LATENCY_KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -152,40 +152,82 @@ def baseline_trial(trials: list[TrialResult]) -> TrialResult | None:
     return next((t for t in sorted(trials, key=lambda t: t.trial) if t.role == "baseline"), None)
 
 
+def objective(t: TrialResult, prof: Profile | None) -> Interval:
+    """One launch's objective value (the study's `objective.score`: what the search maximized and told Optuna,
+    an SLO-bound level, a weighted sum, a capacity) with its 95% interval; without a profile its peak throughput."""
+    if prof is None:
+        peak = peak_level(t)
+        return Interval.of(t.best_output_throughput, peak.output_throughput_ci95 if peak else None)
+    sc = score(t, prof)
+    return Interval.of(sc.value, sc.ci95)
+
+
+def unit(prof: Profile | None) -> str:
+    if prof is None:
+        return "output tok/s"
+    if prof.objective.mode == "goodput":
+        return "req/s capacity" if prof.objective.capacity.by == "rate" else "concurrency capacity"
+    return {"output_throughput": "output tok/s", "total_throughput": "total tok/s",
+            "request_throughput": "req/s"}[prof.objective.metric] + (" (weighted)" if prof.objective.weights else "")
+
+
 def winner_number(data: StudyData) -> dict[str, Any] | None:
-    """The winner's one number, the same in `tunectl best`, the search's closing lines and the report: the mean
-    best stable throughput over every finished-ok run of its config (the search trial and its finalist reruns,
-    each a fresh launch), their spread and count, and the gain over the baseline's. Extend here, not beside."""
+    """The winner's one number, the same in `tunectl best`, the search's closing lines, `studies`, `diff`,
+    `trials` and the report: the study's objective value (`objective.score`), the mean over the fresh launches of
+    its config that the finalists' race confirmed it on (best.json, written from the study's storage: the same
+    for every worker of a study), with their spread, count and 95% interval, and the gain over the baseline;
+    without a race record, the mean over every finished-ok run of its config on disk. Extend here, not beside."""
+    prof, info = study_profile(data), best_info(data)
+    if info.get("confirmed_value") is not None and info.get("run_values"):   # even where its trial ran elsewhere
+        base = baseline_trial(data.trials)
+        return _recorded_number(int(info["trial"]), info, unit(prof), base.trial if base is not None else None)
     best = best_trial(data)
     if best is None:
         return None
     runs = sorted((t for t in data.trials if t.params == best.params and t.status == "ok"), key=lambda t: t.trial)
-    values = [t.best_output_throughput for t in runs] or [best.best_output_throughput]
+    values = [objective(t, prof).value for t in runs] or [objective(best, prof).value]
     value = statistics.fmean(values)
     base = baseline_trial(data.trials)
-    base_value = base.best_output_throughput if base is not None and base.status == "ok" else None
+    base_value = objective(base, prof).value if base is not None and base.status == "ok" else None
     out = {"trial": best.trial, "value": value, "runs": [t.trial for t in runs] or [best.trial],
-           "values": values, "n": len(values), "min": min(values), "max": max(values),
+           "values": values, "n": len(values), "min": min(values), "max": max(values), "unit": unit(prof),
            "baseline": base_value, "baseline_trial": base.trial if base is not None else None,
            "gain": value / base_value if base_value else None}
-    out.update(_intervals(runs or [best], base if base_value else None, best_info(data).get("ties") or []))
+    out.update(_intervals(runs or [best], base if base_value else None, info.get("ties") or [], prof))
     return out
 
 
-def launch_interval(t: TrialResult) -> Interval:
-    """One launch's reading: its best throughput with its peak level's 95% interval (a point without one)."""
-    peak = peak_level(t)
-    return Interval.of(t.best_output_throughput, peak.output_throughput_ci95 if peak else None)
+def _recorded_number(trial: int, info: dict[str, Any], what: str, base_trial: int | None) -> dict[str, Any]:
+    """winner_number() from best.json: the race's confirmed value, launches, interval, ties and gain."""
+    values = [float(v) for v in info["run_values"]]
+    g = info.get("gain") or {}
+    base = (g.get("baseline") or {}).get("value")
+    out = {"trial": trial, "value": float(info["confirmed_value"]), "runs": list(info.get("runs") or []),
+           "values": values, "n": len(values), "min": min(values), "max": max(values), "unit": what,
+           "baseline": base, "baseline_trial": base_trial, "gain": g.get("ratio"),
+           "ci95": list(info.get("ci95") or []) or None, "spread": spread(values), "ties": list(info.get("ties") or []),
+           "race": info.get("race")}
+    if g:
+        out.update({"gain_ci95": [g["low"], g["high"]], "gain_verdict": g.get("verdict"),
+                    "baseline_ci95": [(g.get("baseline") or {}).get("low"), (g.get("baseline") or {}).get("high")]})
+    return out
 
 
-def _intervals(runs: list[TrialResult], base: TrialResult | None, ties: list[int]) -> dict[str, Any]:
-    """The winner's 95% interval over its launches (each launch's peak level interval, pooled: tunectl.stats),
+def launch_interval(t: TrialResult, prof: Profile | None = None) -> Interval:
+    """One launch's reading: its objective value (peak throughput without a profile) with its 95% interval."""
+    return objective(t, prof)
+
+
+def _intervals(runs: list[TrialResult], base: TrialResult | None, ties: list[int],
+               prof: Profile | None = None) -> dict[str, Any]:
+    """The winner's 95% interval over its launches (each launch's own interval, pooled: tunectl.stats),
     the launch-to-launch spread, the gain over the baseline with its interval and verdict, and ties."""
-    win = pooled([launch_interval(t) for t in runs])
-    out: dict[str, Any] = {"ci95": [win.low, win.high], "spread": spread([t.best_output_throughput for t in runs]),
+    each = [objective(t, prof) for t in runs]
+    win = pooled(each)
+    out: dict[str, Any] = {"ci95": [win.low, win.high], "spread": spread([i.value for i in each]),
                            "ties": list(ties)}
     if base is not None:
-        b = launch_interval(base)
+        b = objective(base, prof)
         g = gain(win, b)
         out.update({"baseline_ci95": [b.low, b.high], "gain_ci95": [g.low, g.high], "gain_verdict": compare(win, b)})
     return out
@@ -197,7 +239,7 @@ def headline(number: dict[str, Any]) -> str:
     called a tie."""
     if not number:
         return "no stable configuration"
-    text = f"{number['value']:,.1f} output tok/s"
+    text = f"{number['value']:,.1f} {number.get('unit') or 'output tok/s'}"
     ci = number.get("ci95")
     if number["n"] > 1:
         text += f" (mean of {number['n']} runs, {number['min']:,.1f}-{number['max']:,.1f}"
@@ -213,6 +255,9 @@ def headline(number: dict[str, Any]) -> str:
             text += ": a tie, inside the noise"
     if number.get("ties"):
         text += f"; a tie with trial {', '.join(map(str, number['ties']))} (intervals overlap)"
+    race = number.get("race")
+    if race:
+        text += f"; race: {race['spent']} of {race['budget']} reruns"
     return text
 
 
@@ -225,27 +270,6 @@ def capacity_text(cap: dict[str, Any] | None) -> str:
 
     both = cap["low"] is not None and cap["high"] is not None
     return capacity_words(cap) + (f" ({cap['low']:.4g}-{cap['high']:.4g})" if both else "")
-
-
-_RUN_ENV = ("TUNECTL_RUN_ID", "TMPDIR", "no_proxy", "NO_PROXY", "SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION")
-
-
-def reproduce(launch: dict[str, Any]) -> dict[str, Any]:
-    """What a user pastes to launch a recorded config again: the environment it needs (the profile's, the knobs',
-    the GPUs, the stand-in's patch switch; not tunectl's per-run bookkeeping), the argv, and the SGLang patches
-    (the stand-in models them through its environment; real SGLang needs them applied first). A secret stays a
-    reference to the caller's environment."""
-    argv = list(launch.get("argv") or [])
-    env = {k: str(v) for k, v in (launch.get("env") or {}).items() if k not in _RUN_ENV and str(v) != ""}
-    patches = list(launch.get("patches") or [])
-    words = [f"{k}=\"${{{k}}}\"" if v == redact.MARK else f"{k}={shlex.quote(v)}" for k, v in env.items()]
-    lines = []
-    if patches and not any(a.startswith("tunectl.sim") for a in argv):
-        lines.append(f"# needs the SGLang patches {', '.join(patches)}: tunectl applies them on the host "
-                     "(patch -p1 inside the installed sglang/ package; files in tunectl's sglang_patches/)")
-    if argv:
-        lines.append(" ".join([*words, shlex.join(argv)]))
-    return {"argv": argv, "env": env, "patches": patches, "command": "\n".join(lines)}
 
 
 def summary(data: StudyData) -> dict[str, Any]:
@@ -312,6 +336,7 @@ def curve(t: TrialResult) -> dict[str, Any]:
     workload = t.levels[0].workload if t.levels else ""
     ok = sorted((lv for lv in t.stable_levels if lv.workload == workload), key=lambda lv: lv.concurrency)
     return {"trial": t.trial, "label": _label(t), "role": t.role, "status": t.status, "workload": workload,
+            "params": dict(t.params),
             "concurrency": [lv.concurrency for lv in ok],
             "output_throughput": [lv.output_throughput for lv in ok],
             "crashed_at": t.crashed_level,

@@ -37,10 +37,20 @@ def frames(data: StudyData) -> dict[str, pd.DataFrame]:
             crows.append({"study": data.name, "trial": t.trial, "class": c.cls, "signature": c.signature,
                           "phase": c.phase, "level": c.level, "exception_line": c.exception_line,
                           "exit_code": c.exit_code, "detect_latency_s": c.detect_latency_s})
-    return {"trials": _typed(pd.DataFrame(trows)), "levels": _typed(pd.DataFrame(lrows)),
-            "crashes": _typed(pd.DataFrame(crows, columns=["study", "trial", "class", "signature", "phase",
-                                                            "level", "exception_line", "exit_code",
-                                                            "detect_latency_s"]))}
+    return {"trials": _frame(trows), "levels": _frame(lrows),
+            "crashes": _frame(crows, ["study", "trial", "class", "signature", "phase", "level", "exception_line",
+                                      "exit_code", "detect_latency_s"])}
+
+
+def _frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> pd.DataFrame:
+    """A table whose integer columns stay integers where some rows have none (a trial without a peak level, a
+    knob a trial did not set): pandas' nullable Int64, written as 64 (not 64.0) in CSV and as int64 in Parquet."""
+    df = _typed(pd.DataFrame(rows, columns=columns))
+    for col in df.columns:
+        values = [r[col] for r in rows if r.get(col) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            df[col] = pd.array([r.get(col) for r in rows], dtype="Int64")
+    return df
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:

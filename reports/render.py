@@ -1,5 +1,5 @@
 """The HTML report: compute every section's data (`compute`), then render one self-contained page (`render`):
-plotly.js inline, no network access, opens offline in any browser."""
+plotly.js inline once, compressed (`embed`), no network access, opens offline in any current browser."""
 from __future__ import annotations
 
 import html
@@ -7,17 +7,18 @@ import json
 import time
 from typing import Any
 
-from plotly.offline import get_plotlyjs
-from tunectl.reports import figures
+from tunectl.reports import embed, figures
 from tunectl.reports.data import (
     StudyData,
     baseline_trial,
+    best_info,
     best_trial,
     fmt_cell,
     fmt_params,
     headline,
     history,
     pareto,
+    study_profile,
     summary,
     throughput_curves,
 )
@@ -27,29 +28,42 @@ from tunectl.reports.tables import crash_map, finalists, trial_rows, warm_lines,
 
 def flag_diff(data: StudyData) -> list[dict[str, Any]]:
     """The winner's SGLang flags, patches ("patch <id>") and environment ("env <NAME>", as reproduce() keeps it)
-    next to the baseline's and the reference profile's (when known)."""
+    next to the baseline's and the reference's (a column whenever the study has a reference): first their results
+    (peak output tok/s and its concurrency), then the flags that differ among the columns that record flags."""
     from tunectl.reports.compare import norm_flag
-    from tunectl.reports.data import reproduce
+    from tunectl.reports.command import STAND_IN_ENV, reproduce
+    from tunectl.reports.data import peak_level
 
     def knobs(launch: dict[str, Any]) -> dict[str, Any]:
         again = reproduce(launch)
         return {**{norm_flag(f): v for f, v in (launch.get("config") or {}).items()},
-                **{f"patch {p}": True for p in again["patches"]}, **{f"env {k}": v for k, v in again["env"].items()}}
+                **{f"patch {p}": True for p in again["patches"]},
+                **{f"env {k}": v for k, v in again["env"].items() if k not in STAND_IN_ENV}}   # a patch shows once
 
-    best, base = best_trial(data), baseline_trial(data.trials)
-    cols = {"best": best, "baseline": base}
-    flags = {k: knobs(data.launches.get(t.trial, {})) for k, t in cols.items() if t is not None}
-    if data.reference and data.reference.get("flags"):
-        flags["reference"] = {norm_flag(f): v for f, v in data.reference["flags"].items()}
-    names = sorted({f for d in flags.values() for f in d})
-    rows = [{"flag": f, **{k: d.get(f) for k, d in flags.items()}} for f in names]
-    return [r for r in rows if len({json.dumps(r.get(k), default=str) for k in flags}) > 1]
+    cols = {k: t for k, t in (("best", best_trial(data)), ("baseline", baseline_trial(data.trials))) if t is not None}
+    flags = {k: knobs(data.launches.get(t.trial, {})) for k, t in cols.items()}
+    results = {k: (t.best_output_throughput, getattr(peak_level(t), "concurrency", None)) for k, t in cols.items()}
+    ref = data.reference
+    if ref:
+        flags["reference"] = {norm_flag(f): v for f, v in (ref.get("flags") or {}).items()}
+        results["reference"] = (ref.get("output_throughput"), ref.get("concurrency"))
+    if not flags:
+        return []
+    rows = [{"flag": "result: output tok/s", **{k: v[0] for k, v in results.items()}},
+            {"flag": "result: at concurrency", **{k: v[1] for k, v in results.items()}}]
+    known = [k for k, d in flags.items() if d]           # a reference that records no flags is not a difference
+    for f in sorted({f for d in flags.values() for f in d}):
+        row = {"flag": f, **{k: d.get(f) for k, d in flags.items()}}
+        if len({json.dumps(row.get(k), default=str) for k in known}) > 1:
+            rows.append(row)
+    return rows
 
 
 def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
     picks = (data.best or {}).get("finalists")
     return {"summary": summary(data), "throughput": throughput_curves(data), "history": history(data.trials),
-            "importance": importance(data.trials, data.study_db, data.name),
+            "importance": importance(data.trials, study_profile(data),
+                                     ((best_info(data).get("race") or {}).get("noise"))),
             "crash_map": crash_map(data.trials), "pareto": pareto(data.trials),
             "finalists": finalists(data.trials, picks),
             "flag_diff": flag_diff(data), "trials": trial_rows(data, log_prefix)}
@@ -108,17 +122,13 @@ def _figures(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
         out.append(("history", "Optimization history", figures.history_figure(r["history"])))
     if r["importance"]["values"]:
         out.append(("importance", "Parameter importance", figures.importance_figure(r["importance"])))
-    if r["crash_map"]["crashes"] and r["crash_map"]["cells"]:
+    if r["crash_map"]["rows"]:
         out.append(("crashmap", "Crash map", figures.crash_map_figure(r["crash_map"])))
     if r["pareto"]["points"]:
         out.append(("pareto", "Pareto front", figures.pareto_figure(r["pareto"])))
     return out
 
 
-def _fig_html(key: str, title: str, fig: Any) -> str:
-    div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{key}",
-                      config={"displaylogo": False, "responsive": True})
-    return f'<section id="{key}"><h2>{_e(title)}</h2>{div}</section>'
 
 
 def _tables_html(r: dict[str, Any]) -> str:
@@ -132,8 +142,12 @@ def _tables_html(r: dict[str, Any]) -> str:
              **{f"tok/s {w}": round(t["per_workload"].get(w, 0.0)) for w in labels}} for t in r["trials"]]
     diff_cols = ["flag"] + [c for c in ("best", "baseline", "reference")
                             if any(c in d for d in r["flag_diff"])]
+    ref = r["summary"].get("reference") or {}
+    ref_note = (f"<p>reference: {_e(ref.get('label'))}" + ("" if ref.get("flags") else
+                "; it records no flags (<code>tunectl report --reference PROFILE</code> compares a profile's)")
+                + "</p>") if ref else ""
     return (
-        "<section id='flags'><h2>Winner vs baseline and reference (differing flags)</h2>"
+        "<section id='flags'><h2>Winner vs baseline and reference (results, differing flags)</h2>" + ref_note
         + (_table(r["flag_diff"], diff_cols) if r["flag_diff"] else "<p>No differences recorded.</p>")
         + "</section><section id='crashes'><h2>Crashes</h2>"
         + (_table(crashes, ["trial", "class", "signature", "phase", "level", "exception_line", "params"])
@@ -144,7 +158,9 @@ def _tables_html(r: dict[str, Any]) -> str:
            if fin else "<p>No finalists yet.</p>")
         + "</section><section id='all-trials'><h2>All trials</h2>"
         + "<p>key flags: the knobs where a trial differs from the baseline.</p>"
-        + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput",
+        + "<p>confirmed: the mean over a config's fresh launches where the finalists' race re-ran it (the "
+          "winner's one number on each of its runs).</p>"
+        + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput", "confirmed",
                         *(["capacity"] if any(t["capacity"] for t in rows) else []),
                         *(f"tok/s {w}" for w in labels), "peak_concurrency", "max_stable_concurrency", "crash_class",
                         "crashed_at", "exception_line", "log"],
@@ -163,10 +179,12 @@ CSS = ("body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;
 def render(r: dict[str, Any], title: str = "") -> str:
     s = r["summary"]
     title = title or f"tunectl report: {s['study']}"
-    body = "".join(_fig_html(k, t, f) for k, t, f in _figures(r))
+    body = "".join(embed.figure_html(k, t, f) for k, t, f in _figures(r))
+    if r["importance"].get("note"):
+        body += f"<section id='importance-note'><p>Parameter importance: {_e(r['importance']['note'])}</p></section>"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
-            f"<style>{CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+            f"<style>{CSS}</style>{embed.head_scripts()}</head><body>"
             f"<h1>{_e(title)}</h1><p class='stamp'>generated {stamp}</p>"
             f"<section id='summary'><h2>Summary</h2>{_summary_html(s)}</section>{body}{_tables_html(r)}"
-            "</body></html>\n")
+            f"{embed.loader_script()}</body></html>\n")

@@ -4,38 +4,45 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tunectl.reports.data import StudyData, baseline_trial, capacity_text, fmt_value, launch_interval, peak_level
+from tunectl.reports.data import (
+    StudyData,
+    baseline_trial,
+    best_trial,
+    capacity_text,
+    fmt_params,
+    launch_interval,
+    peak_level,
+    winner_number,
+)
 
 from tunectl.models import TrialResult
 from tunectl.stats import pooled, spread
 
 
 def crash_map(trials: list[TrialResult]) -> dict[str, Any]:
-    """Which parameter values crashed at which levels, by class. One cell per (param, value, level):
-    how many trials passed it and how many crashed there; plus one row per crash with its exception line."""
-    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
-    crashes = []
-    for t in trials:
-        crash_lv = t.crashed_level
-        for lv in t.levels:
-            if lv.status not in ("ok", "crashed") and lv.concurrency != crash_lv:
-                continue
-            for name, value in t.params.items():
-                key = (name, fmt_value(value), lv.concurrency)
-                c = cells.setdefault(key, {"param": name, "value": key[1], "level": lv.concurrency,
-                                           "ok": 0, "crashed": {}, "exception_lines": []})
-                if lv.status == "ok":
-                    c["ok"] += 1
-                elif t.crash is not None:
-                    c["crashed"][t.crash.cls] = c["crashed"].get(t.crash.cls, 0) + 1
-                    if t.crash.exception_line and t.crash.exception_line not in c["exception_lines"]:
-                        c["exception_lines"].append(t.crash.exception_line)
-        if t.crash is not None:
-            crashes.append({"trial": t.trial, "class": t.crash.cls, "signature": t.crash.signature,
-                            "phase": t.crash.phase, "level": crash_lv,
-                            "exception_line": t.crash.exception_line, "params": dict(t.params)})
-    return {"cells": sorted(cells.values(), key=lambda c: (c["param"], c["value"], c["level"])),
-            "crashes": crashes}
+    """One row per crashed trial (labelled by its knobs that differ from the baseline's), one mark per crash: at the
+    level it crashed at, or at "startup" for a server that never served; the levels it passed first beside it.
+    `levels` is the x axis in order ("startup" first); `crashes` keeps one row per crash with its exception line."""
+    base = baseline_trial(trials)
+    rows, crashes = [], []
+    for t in sorted(trials, key=lambda t: t.trial):
+        if t.crash is None:
+            continue
+        c = t.crash
+        at = "startup" if c.phase == "startup" or t.crashed_level is None else str(t.crashed_level)
+        label = fmt_params(key_flags(t, base)) or "(baseline flags)"
+        rows.append({"trial": t.trial, "label": f"#{t.trial} {_clip(label)}", "class": c.cls,
+                     "signature": c.signature, "at": at, "exception_line": c.exception_line,
+                     "passed": sorted({lv.concurrency for lv in t.stable_levels}), "params": dict(t.params)})
+        crashes.append({"trial": t.trial, "class": c.cls, "signature": c.signature, "phase": c.phase,
+                        "level": t.crashed_level, "exception_line": c.exception_line, "params": dict(t.params)})
+    numbers = sorted({int(r["at"]) for r in rows if r["at"] != "startup"} | {lv for r in rows for lv in r["passed"]})
+    levels = (["startup"] if any(r["at"] == "startup" for r in rows) else []) + [str(n) for n in numbers]
+    return {"rows": rows, "levels": levels, "crashes": crashes}
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _pkey(params: dict[str, Any]) -> str:
@@ -55,6 +62,7 @@ def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = No
                               "output_throughput": t.best_output_throughput,
                               "max_stable_concurrency": t.max_stable_concurrency})
     origin = {_pkey(p.get("params") or {}): p.get("trial") for p in picks or [] if isinstance(p, dict)}
+    raced = {p.get("trial"): p for p in picks or [] if isinstance(p, dict)}
     for t in sorted(trials, key=lambda t: t.trial):
         if t.role != "finalist":
             origin.setdefault(_pkey(t.params), t.trial)
@@ -74,8 +82,18 @@ def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = No
                     "launch_spread": spread(tps) if len(tps) > 1 else None,
                     "mean_output_throughput": statistics.fmean(tps) if tps else 0.0,
                     "min_output_throughput": min(tps, default=0.0),
-                    "max_output_throughput": max(tps, default=0.0)})
+                    "max_output_throughput": max(tps, default=0.0), "verdict": ""})
+        _raced(out[-1], raced.get(origin.get(key)))
     return sorted(out, key=lambda g: -g["mean_output_throughput"])
+
+
+def _raced(group: dict[str, Any], v: dict[str, Any] | None) -> None:
+    """The race's own numbers for a finalist (best.json, from the study's storage): its mean objective value over
+    the launches it was confirmed on and their 95% interval, the same numbers the search printed."""
+    if not v or v.get("score") is None:
+        return
+    group.update({"mean_output_throughput": v["score"], "ci95": v.get("ci95") or group["ci95"],
+                  "verdict": v.get("reason", "")})
 
 
 def key_flags(t: TrialResult, base: TrialResult | None) -> dict[str, Any]:
@@ -99,14 +117,29 @@ def workload_columns(rows: list[dict[str, Any]]) -> list[str]:
     return labels if len(labels) > 1 else []
 
 
+def confirmed_values(data: StudyData) -> dict[str, float]:
+    """Config -> the race's value for every config it confirmed (two or more launches, best.json's finalists), and
+    the winner's one number (winner_number: the same value) for the winner's config."""
+    out = {_pkey(v.get("params") or {}): float(v["score"]) for v in (data.best or {}).get("finalists") or []
+           if isinstance(v, dict) and v.get("survived") and v.get("score") is not None}
+    number, best = winner_number(data), best_trial(data)
+    if number and best is not None and number.get("n", 1) > 1:
+        out[_pkey(best.params)] = number["value"]
+    return out
+
+
 def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
-    """One row per trial: status, key flags, throughput, max stable concurrency, crash, log link."""
+    """One row per trial: status, key flags, throughput (this launch's), the config's confirmed value where the
+    finalists' race re-ran it (the mean over its launches: the winner's one number on each of its runs), max stable
+    concurrency, crash, log link."""
     rows = []
     base = baseline_trial(data.trials)
+    confirmed = confirmed_values(data)
     for t in sorted(data.trials, key=lambda t: t.trial):
         peak = peak_level(t)
         rows.append({
             "trial": t.trial, "role": t.role, "status": t.status, "attempt": t.attempt,
+            "confirmed": confirmed.get(_pkey(t.params)),
             "params": dict(t.params), "key_flags": key_flags(t, base),
             "output_throughput": t.best_output_throughput,
             "capacity": capacity_text(t.capacity),

@@ -1,12 +1,13 @@
-"""Finalists: before a winner is named, the top-k configs are re-run R times on fresh launches.
+"""Finalists: before a winner is named, the configs the leader does not beat beyond the noise race on fresh
+launches (search/race.py: the rule, the intervals, the rounds).
 
 Reruns are ordinary Optuna trials (enqueued with the same params, `role=finalist`, `finalist_of=<n>`), so they are
-in the study, resumable, and a crash on rerun also teaches the sampler. Any crash demotes the config.
+in the study, resumable, shared by every worker of a study (the budget too), and a crash on rerun also teaches the
+sampler. Any crash demotes the config.
 
-Compared by intervals: a finalist's score is the mean of its fresh launches (the search run and its reruns) with a
-95% interval from the launch-to-launch spread (never narrower than the launches' own intervals allow, see
-`tunectl.stats.pooled`); its launch-to-launch spread is kept. Survivors whose interval overlaps the winner's are
-a tie (`ties`), not a loss; `gain` is the winner over the baseline as "x (low-high)".
+A finalist's score is the mean objective value of its fresh launches (the search run and its reruns) with the race's
+95% interval; its launch-to-launch spread is kept. Configs whose interval overlaps the winner's are a tie (`ties`),
+not a loss; `gain` is the winner over the baseline as "x (low-high)".
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from tunectl.search import race
 from tunectl.search.space import config_key
 
-from tunectl.stats import Interval, compare, gain, pooled, spread
+from tunectl.stats import Interval, compare, gain, spread
 
 SEARCH_ROLES = ("search", "baseline")
 
@@ -63,45 +65,55 @@ class FinalistVerdict:
         return asdict(self)
 
 
+def is_rerun(t: FrozenTrial, n: int) -> bool:
+    return role(t) == "finalist" and t.user_attrs.get("finalist_of") == n
+
+
 def _runs_of(trials: list[FrozenTrial], n: int) -> list[FrozenTrial]:
-    return [t for t in trials if role(t) == "finalist" and t.user_attrs.get("finalist_of") == n]
+    return [t for t in trials if is_rerun(t, n)]
 
 
-def enqueue_reruns(study: optuna.Study, picks: list[FrozenTrial], reruns: int) -> int:
-    """Queue the missing reruns of each pick (idempotent); returns how many were queued."""
-    trials = study.get_trials(deepcopy=False)
-    queued = 0
-    for t in picks:
-        have = [r for r in _runs_of(trials, t.number) if r.state != TrialState.FAIL]
-        for i in range(len(have), reruns):
-            study.enqueue_trial(dict(t.params), user_attrs={"role": "finalist", "finalist_of": t.number,
-                                                             "rerun": i + 1})
-            queued += 1
-    return queued
+def spent(trials: list[FrozenTrial]) -> int:
+    """Reruns the race has used: every finalist trial queued, running or finished (not one told FAIL unrun)."""
+    return sum(role(t) == "finalist" and t.state != TrialState.FAIL for t in trials)
 
 
-def verdict(trials: list[FrozenTrial], t: FrozenTrial, reruns: int) -> FinalistVerdict:
-    v = FinalistVerdict(trial=t.number, params=dict(t.params), search_value=float(t.values[0]))
-    done = [r for r in _runs_of(trials, t.number) if r.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    v.pending = sum(r.state in (TrialState.WAITING, TrialState.RUNNING) for r in _runs_of(trials, t.number))
-    for r in done:
-        v.runs.append({"trial": r.number, "value": r.values[0] if r.values else None, "feasible": feasible(r),
-                       "crash_class": r.user_attrs.get("crash_class"), "crash_level": r.user_attrs.get("crash_level")})
-    crashed = [r for r in v.runs if not r["feasible"]]
-    if crashed:
-        first = crashed[0]
-        v.reason = f"demoted: rerun trial {first['trial']} crashed ({first['crash_class']}, c={first['crash_level']})"
-    elif len(v.runs) < reruns:
-        v.reason = f"{len(v.runs)}/{reruns} reruns finished"
-    else:
-        v.survived = True
-        v.reason = f"survived {reruns} reruns"
-    ok = [r for r in done if feasible(r) and r.values]
-    launches = [trial_interval(t)] + [trial_interval(r) for r in ok]
-    both = pooled(launches)
-    v.score, v.ci95, v.launches = both.value, [both.low, both.high], len(launches)
-    v.launch_spread = spread([i.value for i in launches])
-    return v
+def standings(trials: list[FrozenTrial], prior: float) -> race.Standings:
+    return race.standings(trials, candidates(trials), prior, is_rerun, feasible)
+
+
+def enqueue(study: optuna.Study, entries: list[race.Entry]) -> int:
+    """Queue one rerun per listed entry (a config listed twice gets two); returns how many were queued."""
+    done: dict[int, int] = {}
+    for e in entries:
+        done[e.trial] = done.get(e.trial, e.n + e.pending - 1) + 1
+        study.enqueue_trial(dict(e.params), user_attrs={"role": "finalist", "finalist_of": e.trial,
+                                                         "rerun": done[e.trial]})
+    return len(entries)
+
+
+def verdicts(st: race.Standings) -> list[FinalistVerdict]:
+    """The raced configs (re-run at least once, or the leader): each with its launches, interval and fate."""
+    out = []
+    for e in st.entries:
+        if e.n < 2 and e.crashed is None and e is not st.leader:
+            continue
+        v = FinalistVerdict(trial=e.trial, params=dict(e.params), search_value=e.values[0] if e.values else 0.0,
+                            pending=e.pending, survived=e.confirmed, score=e.mean, launches=e.n,
+                            ci95=[e.interval.low, e.interval.high], launch_spread=spread(e.values))
+        v.runs = [{"trial": n, "value": val, "feasible": True, "crash_class": None, "crash_level": None}
+                  for n, val in zip(e.runs[1:], e.values[1:])]
+        if e.crashed is not None:
+            c = e.crashed
+            v.runs.append({"trial": c.number, "value": c.values[0] if c.values else None, "feasible": False,
+                           "crash_class": c.user_attrs.get("crash_class"), "crash_level": c.user_attrs.get(
+                               "crash_level")})
+            v.reason = (f"demoted: rerun trial {c.number} crashed ({c.user_attrs.get('crash_class')}, "
+                        f"c={c.user_attrs.get('crash_level')})")
+        else:
+            v.reason = f"confirmed on {e.n} launches" if e.confirmed else "one launch: not confirmed"
+        out.append(v)
+    return out
 
 
 def trial_interval(t: FrozenTrial) -> Interval:
@@ -109,29 +121,28 @@ def trial_interval(t: FrozenTrial) -> Interval:
     return Interval.of(float(t.values[0]), t.user_attrs.get("objective_ci95"))
 
 
-def pick(trials: list[FrozenTrial], top_k: int, rounds: int) -> list[FrozenTrial]:
-    """The configs to confirm: top-k, then the next k for each earlier round in which none survived."""
-    return candidates(trials)[: top_k * max(1, rounds)]
-
-
-def winner(verdicts: list[FinalistVerdict], top_k: int) -> FinalistVerdict | None:
+def winner(verdicts: list[FinalistVerdict], top_k: int = 0) -> FinalistVerdict | None:
+    """The best confirmed value (two or more launches, no crash): never a single reading."""
     alive = [v for v in verdicts if v.survived]
     return max(alive, key=lambda v: v.score) if alive else None
 
 
 def ties(verdicts: list[FinalistVerdict], win: FinalistVerdict) -> list[int]:
-    """Surviving finalists the winner does not beat beyond the noise: their intervals overlap."""
-    return [v.trial for v in verdicts if v.survived and v.trial != win.trial
-            and compare(win.interval, v.interval) == "tie"]
+    """Raced configs the winner does not beat beyond the noise: their intervals overlap (or lie above, unconfirmed)."""
+    return [v.trial for v in verdicts if v.trial != win.trial and not v.reason.startswith("demoted")
+            and compare(win.interval, v.interval) != "above"]
 
 
-def baseline_interval(trials: list[FrozenTrial]) -> Interval | None:
-    """The baseline (trial 0's config) over its launches: the baseline run and any rerun of it."""
+def baseline_interval(trials: list[FrozenTrial], prior: float = 0.05) -> Interval | None:
+    """The baseline (trial 0's config) over its launches (the baseline run and any rerun of it), with the race's
+    interval: the launch-to-launch noise counts for the baseline too, or the gain's interval would be too narrow."""
     base = next((t for t in trials if role(t) == "baseline" and feasible(t) and t.values), None)
     if base is None:
         return None
-    runs = [base] + [r for r in _runs_of(trials, base.number) if feasible(r) and r.values]
-    return pooled([trial_interval(t) for t in runs])
+    entry = next((e for e in standings(trials, prior).entries if e.trial == base.number), None)
+    if entry is not None and entry.alive:
+        return entry.interval
+    return trial_interval(base)
 
 
 def gain_over(win: Interval, base: Interval | None) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
+from tunectl.search import race
 from tunectl.search.feedback import Verdict, is_infra, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
@@ -61,6 +62,7 @@ class LoopStats:
     exhausted: bool = False
     retired: bool = False                  # stopped: every slot ended RETIRE_AFTER_INFRA trials in a row as infra
     verdicts: list[fin.FinalistVerdict] = field(default_factory=list)
+    race: dict[str, Any] = field(default_factory=dict)      # the race's rule, budget, reruns spent, noise used
 
 
 class SearchLoop:
@@ -288,21 +290,8 @@ class SearchLoop:
         self.emit("duplicate", n=trial.number, of=t.number)
 
     def tell(self, trial: optuna.trial.Trial, v: Verdict) -> None:
-        for k, val in v.user_attrs.items():
-            trial.set_user_attr(k, val)
-        trial.set_user_attr("reason", v.reason)
-        if v.state == TrialState.COMPLETE:
-            for k, val in v.constraints.items():
-                trial.set_constraint(k, val)
-            self.study.tell(trial, v.values)
-        elif v.state == TrialState.PRUNED:
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
-        if v.retry:
+        if tell_verdict(self.study, trial, v):
             self.stats.retries += 1
-            bump = "infra_tries" if v.user_attrs.get("infra_fault") else "flaky_tries"
-            requeue(self.study, self.study.trials[trial.number], v.reason, **{bump: 1})
             self.emit("retry", n=trial.number, reason=v.reason)
 
     def best_value(self) -> float | None:
@@ -312,32 +301,47 @@ class SearchLoop:
     # ------------------------------------------------------------------------------------------ finalists
 
     def finalists(self) -> list[fin.FinalistVerdict]:
+        """The race (search/race.py): rounds of reruns until the leader separates or the budget is spent."""
         cfg = self.prof.search.finalists
         if cfg.top_k == 0 or cfg.reruns == 0 or self.stats.retired:     # retired: no slot left to rerun on
             self.stats.verdicts = []
             return []
-        rounds = 1
-        while True:
-            picks = fin.pick(self.trials(), cfg.top_k, rounds)
-            self._run_reruns(picks, cfg.reruns)
-            trials = self.trials()
-            verdicts = [fin.verdict(trials, t, cfg.reruns) for t in picks]
-            if fin.winner(verdicts, cfg.top_k) or len(picks) < cfg.top_k * rounds or rounds >= 3:
-                self.stats.verdicts = verdicts
-                return verdicts
-            rounds += 1
+        while self._race_round(cfg.reruns, cfg.budget, cfg.noise) or self._others_racing():
+            self.drain()
+        st = fin.standings(self.trials(), cfg.noise)
+        self.stats.verdicts = fin.verdicts(st)
+        self.stats.race = {"rule": race.RULE, "budget": cfg.budget, "spent": fin.spent(self.trials()),
+                           "noise": st.noise, "noise_launches": st.noise_df}
+        return self.stats.verdicts
 
-    def _run_reruns(self, picks: list[FrozenTrial], reruns: int) -> None:
+    def _others_racing(self) -> bool:
+        """Another worker's rerun still runs: wait for it, so every worker names the winner from the same launches
+        (and prints the same number). A dead worker's rerun is failed as stale and re-queued as usual."""
+        mine = set(getattr(self, "keys", None) or [self.host_key])
+        busy = any(fin.role(t) == "finalist" and t.state == TrialState.RUNNING
+                   and t.user_attrs.get(HOST_ATTR) not in mine for t in self.trials())
+        if busy:
+            time.sleep(min(1.0, self.heartbeat_s / 4))
+            fail_stale(self.study, self.hostless)
+        return busy
+
+    def _race_round(self, reruns: int, budget: int, prior: float) -> bool:
+        """Queue the next round's reruns under the study-wide lock (workers share the race and its budget)."""
         lock = self.hooks.lock("finalists") if self.hooks.lock else None
         if lock:
             lock.acquire(blocking=True)
         try:
-            fin.enqueue_reruns(self.study, picks, reruns)
+            trials = self.trials()
+            st = fin.standings(trials, prior)
+            picks = race.next_round(st, reruns, budget - fin.spent(trials))
+            fin.enqueue(self.study, picks)
         finally:
             if lock:
                 lock.release()
-        self.emit("finalists", picks=[t.number for t in picks], reruns=reruns)
-        self.drain()
+        if picks:
+            self.emit("finalists", picks=sorted({e.trial for e in picks}), reruns=len(picks),
+                      leader=st.leader.trial if st.leader else None)
+        return bool(picks)
 
     def drain(self) -> None:
         """Run what is queued (the finalists' reruns)."""
@@ -349,3 +353,24 @@ class SearchLoop:
                 fail_running(self.study, self.study.trials[trial.number])
                 continue
             self.run_one(trial)
+
+
+def tell_verdict(study: optuna.Study, trial: optuna.trial.Trial, v: Verdict) -> bool:
+    """Tell the study a trial's verdict (its evidence as user attributes, its constraints); a retry queues the
+    same params again. True when it did. Also what a resume tells for a trial whose result was recorded but
+    never told (its worker killed in between: `tunectl/study.py` `tell_recorded`)."""
+    for k, val in v.user_attrs.items():
+        trial.set_user_attr(k, val)
+    trial.set_user_attr("reason", v.reason)
+    if v.state == TrialState.COMPLETE:
+        for k, val in v.constraints.items():
+            trial.set_constraint(k, val)
+        study.tell(trial, v.values)
+    elif v.state == TrialState.PRUNED:
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+    if v.retry:
+        bump = "infra_tries" if v.user_attrs.get("infra_fault") else "flaky_tries"
+        requeue(study, study.trials[trial.number], v.reason, **{bump: 1})
+    return v.retry

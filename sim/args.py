@@ -54,7 +54,9 @@ def build_parser(version: str = SGLANG_VERSION) -> argparse.ArgumentParser:
     sim = parser.add_argument_group("stand-in (not SGLang)")
     sim.add_argument("--sim-card", default="glm5-nvfp4-8x-rtx-pro-6000", help="sim card name or YAML path")
     sim.add_argument("--sim-time-scale", type=float, default=0.01, help="wall seconds per modeled second")
-    sim.add_argument("--sim-seed", type=int, default=0, help="seed of the load-dependent crash draws")
+    sim.add_argument("--sim-seed", type=int, default=0, help="seed of the load-dependent crash draws and the noise")
+    sim.add_argument("--sim-noise", type=float, default=1.0,
+                     help="the card's launch-to-launch and drift noise x this (0: the noise-free model)")
     sim.add_argument("--sim-sglang-version", default=SGLANG_VERSION, choices=VERSIONS,
                      help="the SGLang version whose flags, config parser and log lines the stand-in plays")
     return parser

@@ -114,6 +114,15 @@ class Admission(Strict):
                                                             "retraction raised it to 1")
 
 
+class Noise(Strict):
+    """Variation a real server shows (sim/noise.py); calibrated from the real-GPU measurements (docs/real-gpu.md:
+    ~9-10% spread between three fresh launches at 8 x c requests per level)."""
+
+    launch: float = Field(0.05, ge=0, description="log-normal sd of a launch's speed (fresh launches differ)")
+    level: float = Field(0.03, ge=0, description="log-normal sd of the speed's drift within a launch")
+    period_s: float = Field(10.0, gt=0, description="modeled seconds of work between drift draws")
+
+
 class BestStable(Strict):
     output_throughput: float
     concurrency: int
@@ -144,6 +153,7 @@ class Card(Strict):
     page_table_1_flattened: PageTable1Flattened | None = None
     hang: Hang | None = None
     admission: Admission = Field(default_factory=Admission)
+    noise: Noise = Field(default_factory=Noise)
     landscape: Landscape | None = None
 
 

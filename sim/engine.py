@@ -9,7 +9,9 @@ A closed-loop client answers a finished request with its next one at once; on a 
 late in wall time. A client that reads the server's clock says how many requests it keeps in flight
 (`X-Sim-Clock: streams=N; level=ID`), and the loop waits for it: no step runs while fewer than N requests are in
 flight, until they are (its next requests came, or a new level's burst has landed), the client says that level
-sends no more (`streams=0`, on any request) or none came for `SILENT_S` of wall time (a client gone silent).
+sends no more (`streams=0`, on any request) or none came for `SILENT_S` of wall time (a client gone silent). A client
+split over worker processes declares each share as its own level (`ID.k`, its own streams): the loop waits for each
+share's requests, and a share that stops sending releases only its own.
 Other clients (the real `sglang.bench_serving`) are not waited for, and an idle server's clock runs on in scaled wall
 time, so a client that measures on its own clock reads what it did on a wall-time clock; a burst of theirs that wakes an
 idle
@@ -46,15 +48,16 @@ class Update:
 
 class Engine:
     def __init__(self, setup: Setup, scale: float, seed: int, log: Log,
-                 on_crash: Callable[[RuntimeCrash], None]):
+                 on_crash: Callable[[RuntimeCrash], None], noise: float = 1.0, launch: int | str | None = None):
         self.setup, self.scale, self.log, self.on_crash = setup, scale, log, on_crash
-        self.sched = Scheduler(setup, seed)
+        self.sched = Scheduler(setup, seed, noise, launch)
         self.queues: dict[int, asyncio.Queue[Update]] = {}
         self.wake = asyncio.Event()
         self.vnow = 0.0                   # modeled seconds: the sum of the steps run so far
-        self.streams = 0                  # requests the clock-reading client keeps in flight (its latest word)
-        self.armed = False                # off once that client let QUIET_S pass short of its streams
+        self.want: dict[str, int] = {}    # per clock-reading client (level id): the requests it keeps in flight
+        self.level_of: dict[int, str] = {}   # request -> the client (level id) that sent it
         self.released: set[str] = set()   # levels whose client said it sends no more
+        self.whole: dict[str, int] = {}   # a level split in shares: its streams in all, until a share is released
         self._anchor = time.monotonic()   # wall time at modeled time 0, moved on after waits for a client
         self.decode_steps = 0
         self.last_gen_throughput = 0.0
@@ -64,26 +67,35 @@ class Engine:
     def modeled_now(self) -> float:
         return self.vnow
 
-    def submit(self, req: Req, clock: tuple[int, str] | None = None) -> asyncio.Queue[Update]:
+    def submit(self, req: Req, clock: tuple[int, str, int] | None = None) -> asyncio.Queue[Update]:
         q: asyncio.Queue[Update] = asyncio.Queue()
         self.queues[req.rid] = q
         req.arrival = self.vnow
         self.sched.add(req)
         if clock is not None:
+            self.level_of[req.rid] = clock[1]
             self.declare(*clock)
         self.wake.set()
         return q
 
-    def declare(self, streams: int, level: str) -> None:
-        """A clock-reading client keeps `streams` requests in flight for `level`; 0: that level sends no more."""
-        if level in self.released:
-            return
+    def declare(self, streams: int, level: str, total: int = 0) -> None:
+        """A clock-reading client keeps `streams` requests in flight for `level`; 0: that level sends no more.
+        `total`: the client is one share (`<group>.<k>`) of a level of `total` streams: until a share of it is
+        released, the loop waits for all of them (the other shares' first requests may land later)."""
+        group = level.rsplit(".", 1)[0]
         if streams == 0:
             self.released.add(level)
-            self.armed = False
-        else:
-            self.streams, self.armed = streams, True
+            self.want.pop(level, None)
+            self.whole.pop(group, None)
+        elif level not in self.released:
+            self.want[level] = streams
+            if total and group not in {lv.rsplit(".", 1)[0] for lv in self.released}:
+                self.whole[group] = total
         self.wake.set()
+
+    @property
+    def armed(self) -> bool:
+        return bool(self.want)
 
     def inflight(self) -> int:
         return len(self.queues)
@@ -131,14 +143,26 @@ class Engine:
         return until()
 
     def _short(self) -> bool:
-        return self.armed and len(self.queues) < self.streams
+        """A clock-reading client has fewer of its requests in flight than it keeps."""
+        if not self.want:
+            return False
+        have: dict[str, int] = {}
+        for rid in self.queues:
+            lv = self.level_of.get(rid)
+            if lv is not None:
+                have[lv] = have.get(lv, 0) + 1
+                group = lv.rsplit(".", 1)[0]
+                have[group + "/"] = have.get(group + "/", 0) + 1
+        return any(have.get(lv, 0) < n for lv, n in self.want.items()) or \
+            any(have.get(group + "/", 0) < n for group, n in self.whole.items())
 
     async def _replacements(self) -> None:
         """Before a step: the clock-reading client's requests are all in flight, or it has stopped sending."""
         if not self._short():
             return
         if not await self._quiet(lambda: not self._short(), WAIT_MAX_S, SILENT_S):
-            self.armed = False
+            self.want.clear()                       # a client gone silent: not waited for any more
+            self.whole.clear()
         self._reanchor()
 
     async def _gather(self) -> None:
@@ -185,6 +209,7 @@ class Engine:
         for r in step.finished:
             r.finish_t = t
             q = self.queues.pop(r.rid, None)
+            self.level_of.pop(r.rid, None)
             if q is not None:
                 q.put_nowait(Update(r.output_len, True, t))
         self._tok_since_log += step.bs if step.kind == "decode" else len(step.joined)

@@ -158,11 +158,12 @@ class Api:
         return out
 
 
-def _clock(request: web.Request) -> tuple[int, str] | None:
-    """(streams, level) from a client that reads the server's clock, else None."""
+def _clock(request: web.Request) -> tuple[int, str, int] | None:
+    """(streams, level, the level's streams in all where this client is one share of it) from a client that reads
+    the server's clock, else None."""
     fields = dict(part.strip().partition("=")[::2] for part in request.headers.get(CLOCK_HEADER, "").split(";"))
-    n = fields.get("streams", "")
-    return (int(n), fields.get("level", "")) if n.isdigit() else None
+    n, total = fields.get("streams", ""), fields.get("total", "")
+    return (int(n), fields.get("level", ""), int(total) if total.isdigit() else 0) if n.isdigit() else None
 
 
 async def _sse(request: web.Request) -> web.StreamResponse:

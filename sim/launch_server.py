@@ -137,7 +137,7 @@ async def serve(st: State) -> None:
         st.log("Init torch distributed begin.")
         st.die("startup", refused, "startup")
     await run_startup(st, scale)
-    st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash)
+    st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash, ns.sim_noise, launch_key(ns))
     loop_task = asyncio.create_task(st.engine.run())
     runner = web.AppRunner(Api(st).app(), access_log=None, handle_signals=False)
     await runner.setup()
@@ -165,6 +165,14 @@ def _gpus_needed(ns: Any) -> int:
     pp = v.get("pipeline_parallel_size") or v.get("pp_size") or 1
     dp = v.get("data_parallel_size") or v.get("dp_size") or 1
     return int(tp) * int(pp) * (1 if v.get("enable_dp_attention") else int(dp))
+
+
+def launch_key(ns: Any) -> str:
+    """What seeds this launch's noise (sim/noise.py): the seed and tunectl's trial (its run id without the random
+    tail: a trial's reruns are other trials, so they draw anew; the same study run again draws the same), else the
+    seed alone (a server started by hand)."""
+    run = os.environ.get("TUNECTL_RUN_ID", "")
+    return f"{ns.sim_seed}:{run.rsplit('-', 1)[0]}" if run else str(ns.sim_seed)
 
 
 def ns_scale(ns: Any) -> float:

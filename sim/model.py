@@ -67,19 +67,21 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
                    prompts_per_level: int = 1, min_prompts: int = 8, shared_prefix_len: int = 2048,
                    range_ratio: float = 1.0, turns: int = 1,
                    draw: Callable[[random.Random], tuple[int, int]] | None = None,
-                   conversations: Callable[[int, int], list[Conversation]] | None = None) -> VirtualLadder:
+                   conversations: Callable[[int, int], list[Conversation]] | None = None,
+                   noise: float = 1.0) -> VirtualLadder:
     """`range_ratio` < 1: each request's lengths drawn from [len x ratio, len] like `bench_serving
     --random-range-ratio`, so requests do not finish in lockstep waves; `draw(rng)`: (input, output) lengths
     drawn otherwise. `turns` > 1: conversations whose every turn resends the history (the previous prompt, its
     answer, a new message), one stream each, as the built-in client sends them. `conversations(level, n)`: a
     dataset's requests as token ids (their prefixes hashed like the live stand-in's); else synthetic prompts, whose
-    random ids share nothing but the shared prefix and the history (so their blocks are named, not hashed)."""
+    random ids share nothing but the shared prefix and the history (so their blocks are named, not hashed).
+    `noise`: the card's launch and drift noise x this, seeded by `seed` (0: the noise-free model, the true value)."""
     card = load_card(card) if isinstance(card, str) else card
     setup = resolve(card, config, env, list(patches))
     out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash, setup=setup)
     if setup.crash is not None:
         return out
-    sched, rid, rng, convs = Scheduler(setup, seed), itertools.count(), random.Random(seed), itertools.count()
+    sched, rid, rng, convs = Scheduler(setup, seed, noise), itertools.count(), random.Random(seed), itertools.count()
 
     def length(n: int) -> int:
         return n if range_ratio >= 1.0 else rng.randint(max(1, int(n * range_ratio)), n)
@@ -181,7 +183,7 @@ def best_stable(card: Card | str, base: dict[str, Any], space: dict[str, list[An
                 patch_knobs: dict[str, str] | None = None, seeds: Iterable[int] = (0, 1, 2),
                 **ladder_kw: Any) -> tuple[float, dict[str, Any]]:
     """Exhaustive search over `space` (flag -> choices; a knob named in `patch_knobs` maps to a patch id and
-    takes booleans). Stable = no crash on any seed. Returns (best stable peak throughput, its assignment)."""
+    takes booleans). Stable = no crash on any seed; noise-free unless `noise` is given. Returns (best stable peak throughput, its assignment)."""
     card = load_card(card) if isinstance(card, str) else card
     patch_knobs, seeds = patch_knobs or {}, list(seeds)
     best: tuple[float, dict[str, Any]] = (0.0, {})
@@ -192,7 +194,7 @@ def best_stable(card: Card | str, base: dict[str, Any], space: dict[str, list[An
         patches = [patch_knobs[k] for k, v in assign.items() if k in patch_knobs and v]
         peaks = []
         for sd in seeds:
-            lad = virtual_ladder(card, config, patches=patches, seed=sd, **ladder_kw)
+            lad = virtual_ladder(card, config, patches=patches, seed=sd, **{"noise": 0.0, **ladder_kw})
             if lad.crashed:
                 break
             peaks.append(lad.best)

@@ -12,6 +12,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from tunectl.sim.noise import Speed
 from tunectl.sim.setup import Setup
 
 BLOCK = 64   # radix cache granularity of the stand-in (tokens)
@@ -75,9 +76,11 @@ DECODE_OOM_EXC = "RuntimeError: Decode out of memory. Try to lower your batch si
 
 
 class Scheduler:
-    def __init__(self, setup: Setup, seed: int = 0):
+    def __init__(self, setup: Setup, seed: int = 0, noise: float = 1.0, launch: int | str | None = None):
+        """`noise`: the card's noise x this (0: noise-free); `launch`: what seeds it (default: `seed`)."""
         self.s = setup
         self.rng = random.Random(seed)
+        self.speed = Speed(setup.card.noise, seed if launch is None else launch, noise)
         self.waiting: deque[Req] = deque()
         self.running: dict[int, Req] = {}
         self._finish: list[tuple[int, int]] = []
@@ -107,6 +110,12 @@ class Scheduler:
         self.radix.clear()
 
     def next_step(self) -> Step | None:
+        step = self._next()
+        if step is not None and step.ms > 0:
+            step.ms = self.speed(step.ms)          # this launch's speed at this point of its work (sim/noise.py)
+        return step
+
+    def _next(self) -> Step | None:
         if self.hung:
             return Step("hang", 0.0)
         if self.waiting and len(self.running) < self.s.max_running:

@@ -1,5 +1,6 @@
 """The winner can be reproduced from what tunectl prints: `tunectl best --format command` of a config that needs a
-patch names it and, for the stand-in, carries its environment; pasted into a shell it starts that config."""
+patch names it; for the stand-in it prints the SGLang command for a GPU host and, as a `#` line, the stand-in's own
+command with its environment: pasted into a shell, that one starts the config here."""
 from __future__ import annotations
 
 import json
@@ -36,9 +37,11 @@ def test_best_command_of_a_patched_config_starts_it_with_the_patch(env):  # noqa
     best = subprocess.run([sys.executable, "-m", "tunectl", "best", "--study", "patched", "--results",
                            str(env["results"])], capture_output=True, text=True, timeout=60, check=False)
     assert best.returncode == 0, best.stderr
-    command = best.stdout.strip().splitlines()[-1]
+    lines = best.stdout.strip().splitlines()
+    assert lines[-1].startswith("python3 -m sglang.launch_server ") and "--sim-" not in lines[-1]  # for a GPU host
+    command = next(ln for ln in lines if ln.startswith("# measured on the SGLang stand-in")).split(": ", 1)[1]
     assert f"TUNECTL_SIM_PATCHES={PATCH}" in command and "TUNECTL_RUN_ID" not in command
-    proc = subprocess.Popen(["bash", "-c", best.stdout], start_new_session=True, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(["bash", "-c", command], start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={k: v for k, v in os.environ.items()
                                                             if k != "TUNECTL_SIM_PATCHES"})
     try:

@@ -330,12 +330,43 @@ def test_a_server_left_by_a_killed_tunectl_is_found_and_stopped_by_check(env):
 
     def check(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "tunectl", "check", "-p", str(env["profile"]), *args],
-                              capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "250"},
+                              cwd=env["results"].parent)                # its results/ are here
 
     before = check()
     assert before.returncode == 1 and launch["run_id"] in before.stdout, before.stdout
     after = check("--stop-leftovers", "--yes")
     assert f"run {launch['run_id']}) stopped" in after.stdout, after.stdout + after.stderr
     assert LocalRunner().group_processes(handle) == []
+    assert not Path(handle.dir, "env").exists()                         # its secrets are not left on the host
     assert "port" not in after.stdout.splitlines()[-1]                  # its port is free again
     assert launch["run_id"] not in after.stdout.split("tunectl check", 1)[1]     # not among the leftovers now
+
+
+def test_check_leaves_a_live_sweep_alone(env):
+    """A server whose tunectl still runs (its study's lock held) is not a leftover: plain `check` does not call it
+    one, and `--stop-leftovers` does not stop it (it once stopped live runs sharing host.workdir)."""
+    import os
+
+    from tunectl.runners.hosts.local import LocalRunner
+
+    proc, launch, handle = _sweep_until(env, "live", "64,256,512", lambda log: "ready to roll" in log)
+    try:
+        def check(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "tunectl", "check", "-p", str(env["profile"]), *args],
+                                  capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "250"},
+                                  cwd=env["results"].parent)            # its results/ are here
+
+        plain = check()
+        row = next(line for line in plain.stdout.splitlines() if line.startswith("│ leftovers"))
+        assert "pass" in row and "study live" not in row and "running stud" in row, plain.stdout
+        assert "kill -TERM" not in plain.stdout
+        stop = check("--stop-leftovers", "--yes")
+        pgid = Path(handle.pgid_path).read_text().strip()
+        assert f"not touched: process group {pgid}, run {launch['run_id']}: study live is running" in stop.stdout, \
+            stop.stdout
+        assert "stopped" not in stop.stdout and LocalRunner().group_processes(handle)
+        assert proc.poll() is None                                      # the sweep runs on
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=120)

@@ -68,8 +68,9 @@ class Sim(Engine):
 
     def launch_args(self, prof: Profile) -> list[str]:
         sim = prof.server.sim
+        noise = [] if sim.noise == 1.0 else ["--sim-noise", f"{sim.noise:g}"]
         return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed),
-                *self.version_args(prof)]
+                *noise, *self.version_args(prof)]
 
     def version_args(self, prof: Profile) -> list[str]:
         v = prof.server.sglang_version                  # the stand-in plays 0.5.9 unless told otherwise

@@ -70,6 +70,7 @@ class Bracket:
     low: float | None = None                     # the final bracket: passed at low, failed at high
     high: float | None = None
     stopped: str = ""                            # why it ended before the tolerance ("max_probes", "crash", ...)
+    runs: list[list[Any]] = field(default_factory=list)   # every level run: [load, passed, attainment, note]
 
 
 def _mid(lo: float, hi: float, integer: bool) -> float:
@@ -137,7 +138,26 @@ def capacity_record(br: Bracket, by: str, tolerance: float, slo: dict[str, float
     """What a trial keeps of its capacity search (TrialResult.capacity)."""
     return {"by": by, "capacity": br.capacity, "low": br.low, "high": br.high, "tolerance": tolerance,
             "slo": dict(slo), "slo_attainment": share, "stopped": br.stopped,
-            "probes": [[p.load, p.passed, round(p.attainment, 4)] for p in br.probes]}
+            "probes": [[p.load, p.passed, round(p.attainment, 4)] for p in br.probes],
+            "runs": [list(r) for r in br.runs]}
+
+
+NOISE_SHARE = 0.25     # a latency within 4x of the client's timing floor is mostly the host's jitter
+
+
+def jitter_bound(lv: LevelResult) -> bool:
+    """An open-loop level whose median TTFT is within 4x of its timing floor (`timing_floor_ms`: the client's
+    timing resolution on the server's clock; on the stand-in 5 ms of wall time / its time scale)."""
+    floor, ttft = lv.metrics.get("timing_floor_ms"), lv.metrics.get("median_ttft_ms")
+    return bool(floor and ttft and floor >= NOISE_SHARE * ttft)
+
+
+def slo_within_jitter(levels: list[LevelResult], slo: dict[str, float]) -> float | None:
+    """The levels' timing floor (modeled ms) when it is a fair share of the SLO's tightest latency limit, so that
+    pass or fail reads the host's jitter more than the config; else None."""
+    floor = max((lv.metrics.get("timing_floor_ms", 0.0) for lv in levels), default=0.0)
+    tightest = min((v for k, v in slo.items() if slo_metric(k) != "tpot"), default=0.0)   # TPOT: averaged
+    return floor if floor and tightest and floor >= NOISE_SHARE * tightest else None
 
 
 def level_requests(rate: float, min_prompts: int, min_level_s: float) -> int:

@@ -13,6 +13,7 @@ is read through the host's runner), so a study over many hosts has one place for
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -22,12 +23,13 @@ from typing import Any
 
 import optuna
 
+from tunectl.errors import TunectlError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
 from tunectl.search.parallel import ParallelLoop
 from tunectl.search.study import HostState, WorkerLock, claim_host
-from tunectl.slots import Slot, host_key, make_slots
+from tunectl.slots import Slot, gpus_per_trial, host_key, make_slots
 from tunectl.store import StudyStore, read_json, write_json
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -37,6 +39,12 @@ Prune = Callable[[LevelResult], bool] | None
 def trial_engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event | None) -> Evaluate:
     from tunectl.trial import TrialContext, run_trial
 
+    if prof.host.kind == "slurm":                       # a job per trial, the trial inside it (docs/slurm.md)
+        from tunectl import slurm_trials
+
+        levels = prof.bench.levels
+        return slurm_trials.engine(prof, runner, store, on_event, levels[len(levels) // 2:] if len(levels) > 3
+                                   else None)
     ctx = TrialContext(prof, runner, store)
     # A finalist's rerun is a fresh launch driven through the upper half of the ladder: where load-dependent
     # crashes fire and where the best level lies; the low levels confirm nothing new.
@@ -50,11 +58,15 @@ def trial_engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event 
     return evaluate
 
 
-def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) -> None:
+def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0, remove: bool = False) -> None:
     """Tear down the server trial n left behind (by its recorded process group and run id, never by name) and
-    bring its whole server log into results/ (a dead coordinator kept only what it had read)."""
+    bring its whole server log into results/ (a dead coordinator kept only what it had read). `remove` (a dead
+    worker's trial, at resume): then remove its host trial directory, once its server is gone."""
     from tunectl.runners.hosts.base import ProcHandle
+    from tunectl.slurm_trials import is_slurm, stop_job
 
+    if is_slurm(runner):                                # its job, cancelled by id; its files read back
+        return stop_job(runner, store, n)
     launch = store.trial_dir(n) / "launch.json"
     if not launch.exists():
         return
@@ -74,6 +86,9 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0) 
     log = runner.read_file(handle.log_path)            # the whole log, into results/ (it may be on another host)
     if len(log) > (store.log_path(n).stat().st_size if store.log_path(n).exists() else 0):
         store.write_log(n, log.decode(errors="replace"))
+    if remove and not runner.group_processes(handle):  # its server is gone: so is what it left on the host (its
+        with contextlib.suppress(ValueError, TunectlError):        # `env` holds the profile's secrets in clear)
+            runner.remove_tree(plan["trial_dir"])
 
 
 class Abandoned(Exception):
@@ -103,7 +118,12 @@ class Fleet:
             self._evaluate = {k: evaluate for k in self.keys}
             self._runner = {k: (runners[0] if runners else None) for k in self.keys}
         else:
-            self.slots = make_slots(prof, runners, width)
+            if prof.host.kind == "slurm":
+                from tunectl.slurm_trials import job_slots
+
+                self.slots = job_slots(prof, runners[0], width)
+            else:
+                self.slots = make_slots(prof, runners, width)
             for slot in self.slots:
                 if spawn is not None and slot.index > 0:
                     slot.runner = spawn(slot.profile)
@@ -111,6 +131,9 @@ class Fleet:
             self.keys = [s.key for s in self.slots]
             self._evaluate = {s.key: self._on_slot(s) for s in self.slots}
             self._runner = {s.key: s.runner for s in self.slots}
+            if width is not None and width > len(self.slots) and on_event is not None:   # said, not silent
+                on_event("parallel_capped", {"asked": width, "slots": len(self.slots),
+                                             "gpus_per_trial": gpus_per_trial(prof)})
 
     def close(self) -> None:
         for r in self.spawned:
@@ -145,7 +168,7 @@ class Fleet:
 
     def cleanup_for(self, key: str) -> Callable[[int], None] | None:
         runner = self._runner[key]
-        return None if runner is None else (lambda n: stop_leftover(runner, self.store, n))
+        return None if runner is None else (lambda n: stop_leftover(runner, self.store, n, remove=True))
 
     def cleanup(self, n: int) -> None:
         """Give trial n up: its thread stops at its next step (tearing its server down), and a server it left is

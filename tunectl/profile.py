@@ -14,6 +14,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from tunectl.objective import Capacity, Objective, Reference
 from tunectl.redact import SECRET_FLAGS
+from tunectl.slurmspec import SlurmSpec
 from tunectl.workloads import WorkloadSpec, bench_serving_reads, check_files
 from tunectl.yamlmodel import Strict, load_model
 
@@ -29,7 +30,7 @@ class ModelSpec(Strict):
 
 
 class HostSpec(Strict):
-    kind: Literal["local", "ssh"] = "local"
+    kind: Literal["local", "ssh", "slurm"] = "local"
     address: str | None = None            # ssh: a host name or a ~/.ssh/config alias
     user: str | None = None
     port: int | None = None
@@ -42,6 +43,7 @@ class HostSpec(Strict):
     gpus: list[int] | None = None         # the GPUs tunectl may use (CUDA_VISIBLE_DEVICES); a count N = 0..N-1
     gpu_clean_mib: int = 1024             # a GPU using more than this before launch = dirty host
     min_free_disk_gb: float = 5.0
+    slurm: SlurmSpec | None = None        # kind slurm: the cluster (docs/slurm.md)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -52,6 +54,9 @@ class HostSpec(Strict):
     def _ssh_needs_address(self) -> HostSpec:
         if self.kind == "ssh" and not self.address:
             raise ValueError("host.kind 'ssh' needs host.address (a host name or ~/.ssh/config alias)")
+        if (self.kind == "slurm") != (self.slurm is not None):
+            raise ValueError("host.kind 'slurm' goes with a host.slurm section (shared_dir, partition, ...), "
+                             "and host.slurm only with kind 'slurm'")
         return self
 
 
@@ -59,6 +64,17 @@ class SimSpec(Strict):
     card: str = "glm5-nvfp4-8x-rtx-pro-6000"   # a name under sim/cards/ or a path to a YAML file
     time_scale: float = Field(0.01, gt=0, le=1.0)  # wall seconds per modeled second
     seed: int = 0
+    noise: float = Field(1.0, ge=0)                # the card's launch and drift noise x this (0: noise-free)
+
+    @field_validator("card")
+    @classmethod
+    def _known_card(cls, v: str) -> str:
+        """A card by name must be one the stand-in ships (a path is read where the stand-in runs)."""
+        from tunectl.sim.card import known_cards
+
+        if "/" not in v and not v.endswith((".yaml", ".yml")) and v not in known_cards():
+            raise ValueError(f"no such sim card; known cards: {', '.join(known_cards())} (or a path to a card YAML)")
+        return v
 
 
 class Timeouts(Strict):
@@ -152,8 +168,12 @@ class ParamSpec(Strict):
 
 
 class Finalists(Strict):
-    top_k: int = Field(3, ge=0)
-    reruns: int = Field(2, ge=0)
+    """The race on fresh launches before a winner is named (search/race.py)."""
+
+    top_k: int = Field(3, ge=0)       # 0: no finalists (the best single reading wins); else the race decides who runs
+    reruns: int = Field(2, ge=0)      # the winner rests on 1 + reruns launches at least (0: no finalists)
+    budget: int = Field(12, ge=0)     # reruns in all, for every config raced
+    noise: float = Field(0.05, ge=0, le=1)   # launch-to-launch sd assumed until the study measures its own
 
 
 class Pruning(Strict):
@@ -262,6 +282,13 @@ class Profile(Strict):
 
     # filled by load_profile, not part of the YAML
     source: str = Field("", exclude=True)
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> Profile:
+        if len(self.hosts) > 1 and any(h.kind == "slurm" for h in self.hosts):
+            raise ValueError("hosts: a Slurm cluster is the study's one host (host.kind: slurm; its scheduler "
+                             "places the trials), not one of several")
+        return self
 
     @model_validator(mode="after")
     def _weights_name_workloads(self) -> Profile:

@@ -1,6 +1,7 @@
 """The Optuna storage URL a user gives (`--storage`): made openable, its errors one line, its password hidden."""
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tunectl import redact
-from tunectl.errors import InfraError, UsageError
+from tunectl.errors import InfraError, TunectlError, UsageError
 
 
 def storage_url_for(url: str) -> str:
@@ -51,6 +52,14 @@ def storage_errors(url: str) -> Iterator[None]:
     except sqlalchemy.exc.OperationalError as e:
         why = str(getattr(e, "orig", e)).strip().splitlines()[0]
         raise InfraError(f"--storage {shown}: cannot connect: {why}") from None
+    except sqlalchemy.exc.DatabaseError as e:      # a truncated or damaged SQLite file: no traceback, no change
+        why = str(getattr(e, "orig", e)).strip().splitlines()[0]
+        raise TunectlError(f"{_db_name(shown)}: not a readable database ({why}): damaged or truncated; nothing "
+                           "was changed, the study's trial records under trials/ are kept") from None
+
+
+def _db_name(shown: str) -> str:
+    return shown[len("sqlite:///"):] if shown.startswith("sqlite:///") else f"--storage {shown}"
 
 
 @contextmanager
@@ -67,9 +76,13 @@ def held_in_memory(open_disk: Callable[[], Any], name: str, db_path: Path) -> It
         optuna.copy_study(from_study_name=name, from_storage=disk, to_storage=mem)
     try:
         yield mem
-    finally:
+    except BaseException:
         if any(s.study_name == name for s in mem.get_all_studies()):
-            _write_sqlite(mem, name, db_path)
+            with contextlib.suppress(Exception):      # the error that stopped the run is the one to tell
+                _write_sqlite(mem, name, db_path)
+        raise
+    if any(s.study_name == name for s in mem.get_all_studies()):
+        _write_sqlite(mem, name, db_path)
 
 
 def _write_sqlite(mem: Any, name: str, db_path: Path) -> None:

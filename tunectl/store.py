@@ -14,17 +14,34 @@ Layout (every file readable on its own; an interrupted run leaves readable resul
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
+import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tunectl import redact
+from tunectl.errors import UsageError
 from tunectl.models import SCHEMA_VERSION, LaunchPlan, LevelResult, TrialResult
 
 DEFAULT_ROOT = Path("results")
+NAME_MAX = 100
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_name(name: str, what: str = "--study") -> str:
+    """The one rule for a study's name, in every command: it names a folder under results/ (and the host's run
+    ids), so letters, digits, '_', '-' and '.', not starting with '.' or '-', at most NAME_MAX characters."""
+    if _NAME.fullmatch(name) and len(name) <= NAME_MAX:
+        return name
+    shown = repr(name) if len(name) <= 60 else repr(name[:40]) + f"... ({len(name)} characters)"
+    raise UsageError(f"{what}: {shown}: a study name is 1-{NAME_MAX} letters, digits, '_', '-' and '.', not "
+                     "starting with '.' or '-' (it names a folder under results/)")
 
 
 def atomic_write(path: Path, data: bytes | str, mode: int | None = None, make_parents: bool = True) -> None:
@@ -59,6 +76,10 @@ def _finite(obj: Any) -> Any:
 
 def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, json.dumps(_finite(obj), indent=2, sort_keys=False, default=str) + "\n")
+
+
+# What reading a trial.json that is not one raises: bad JSON or bytes, not an object, a field missing or mistyped.
+UNREADABLE = (ValueError, OSError, KeyError, TypeError, AttributeError)
 
 
 def read_json(path: Path) -> Any:
@@ -114,12 +135,25 @@ class StudyStore:
         return TrialResult.from_dict(read_json(self.trial_dir(n) / "trial.json"))
 
     def trials(self) -> list[TrialResult]:
+        """The readable trial records; those that are not (`unreadable`) are left out, never crash the reader."""
         out = []
         for n in self.trial_numbers():
             try:
                 out.append(self.read_trial(n))
-            except (ValueError, OSError):
-                continue  # a torn file from a killed run: skip, never crash the reader
+            except UNREADABLE:
+                continue
+        return out
+
+    def unreadable(self) -> list[tuple[Path, str]]:
+        """The trial records `trials()` leaves out, each with why (a file turned to garbage, a bad copy): the
+        commands name them instead of skipping them without a word."""
+        out = []
+        for n in self.trial_numbers():
+            try:
+                self.read_trial(n)
+            except UNREADABLE as e:
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                out.append((self.trial_dir(n) / "trial.json", f"{type(e).__name__}: {why}"[:160]))
         return out
 
     def write_best(self, info: dict[str, Any]) -> None:
@@ -128,6 +162,63 @@ class StudyStore:
     def read_best(self) -> dict[str, Any] | None:
         p = self.dir / "best.json"
         return read_json(p) if p.exists() else None
+
+
+RUN_ID = re.compile(r"(?P<study>.+)-t(?P<n>\d+)-[0-9a-f]{8}")
+
+
+@contextlib.contextmanager
+def running(store: StudyStore) -> Iterator[None]:
+    """Held (a shared flock on results/<study>/locks/running.lock) while a tunectl works on the study, whatever
+    its storage; it vanishes with the process, kill -9 included. `owner_alive` asks it."""
+    path = store.dir / "locks" / "running.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _held(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def in_use(store: StudyStore) -> bool:
+    """Does a tunectl work on this study now (`running` held)?"""
+    return _held(store.dir / "locks" / "running.lock")
+
+
+def owner_alive(run_id: str, root: Path | str = DEFAULT_ROOT) -> tuple[bool | None, str | None]:
+    """Is the tunectl that launched run `run_id` (a host trial directory's name) still running? (True/False,
+    its study) from the study's files under `root`: its launch record names the run, its lock says whether a
+    tunectl holds the study. (None, None) when no study there launched it (another results folder, another
+    machine): nobody here can say."""
+    m = RUN_ID.fullmatch(run_id)
+    if m is None:
+        return None, None
+    for name in list_studies(root):
+        if re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40] != m["study"]:
+            continue
+        store = StudyStore(name, root)
+        try:
+            launched = read_json(store.trial_dir(int(m["n"])) / "launch.json").get("run_id")
+        except UNREADABLE:
+            continue
+        if launched == run_id:
+            return in_use(store), name
+    return None, None
 
 
 def list_studies(root: Path | str = DEFAULT_ROOT) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from tunectl import identity, knobs, redact, scopes, versions, warmstart
+from tunectl import identity, knobs, recovery, redact, scopes, versions, warmstart
 from tunectl.crashes.catalog import CATALOG_VERSION
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
@@ -38,7 +38,7 @@ from tunectl.search.study import (
 )
 from tunectl.storage import held_in_memory, storage_errors, storage_url_for
 from tunectl.slots import hosts_of
-from tunectl.store import DEFAULT_ROOT, StudyStore, read_json
+from tunectl.store import DEFAULT_ROOT, UNREADABLE, StudyStore, check_name, read_json, running
 
 Event = Callable[[str, dict[str, Any]], None]
 HOST_CHECKS = tuple(step.__name__.strip("_") for step in STEPS)
@@ -74,6 +74,10 @@ def make_runner(prof: Profile) -> Any:
         from tunectl.runners.hosts.ssh import SSHRunner
 
         return SSHRunner(prof.host, python=prof.server.python)
+    if prof.host.kind == "slurm":
+        from tunectl.slurm_trials import make_runner as slurm_runner
+
+        return slurm_runner(prof)
     from tunectl.runners.hosts.local import LocalRunner
 
     return LocalRunner()
@@ -135,7 +139,7 @@ def close_interrupted(store: StudyStore, n: int, study: optuna.Study | None = No
     study's trial, so every trial that left files is in `trials`, the report and `export`."""
     try:
         t = store.read_trial(n)
-    except (OSError, ValueError):
+    except UNREADABLE:
         d = store.trial_dir(n)
         frozen = next((ft for ft in study.get_trials(deepcopy=False) if ft.number == n), None) if study else None
         if frozen is None or not d.is_dir() or not any(d.iterdir()):
@@ -213,13 +217,16 @@ def _run_search(prof: Profile, trials: int | None, study_name: str | None, stora
                 runners: list[Any], heartbeat_s: int, warm_start: str | None, in_memory: bool,
                 parallel: int | None, spawn: Callable[[Profile], Any] | None) -> SearchOutcome:
     started = time.monotonic()
-    name = study_name or prof.name
+    name = check_name(study_name or prof.name, "--study" if study_name else f"{prof.source or prof.name}: name")
+    if warm_start is not None:
+        check_name(warm_start, "--warm-start")
     store = StudyStore(name, root)
     ws = _load_warm(warm_start, name, prof, root, storage_url)
     fleet = Fleet(prof, runners, store, evaluate, on_event, parallel, spawn)
     try:
-        return _search(fleet, prof, trials, name, store, ws, storage_url, seed, evaluate, heartbeat_s, in_memory,
-                       started)
+        with running(store):                   # `tunectl check` asks it: this study's servers are not leftovers
+            return _search(fleet, prof, trials, name, store, ws, storage_url, seed, evaluate, heartbeat_s,
+                           in_memory, started)
     finally:
         fleet.close()
 
@@ -240,7 +247,7 @@ def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: S
         host_locks = fleet.claim(url, lock_dir, name)
     try:
         memory_of = store.dir / "study.db" if in_memory and not storage_url else None
-        with _open_study(prof, url, name, seed, heartbeat_s, lock_dir, memory_of) as study:
+        with _open_study(prof, url, store, seed, heartbeat_s, memory_of) as study:
             recorded = store.read_study()
             done = sum(t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL
                        for t in study.get_trials(deepcopy=False))
@@ -293,16 +300,20 @@ def _load_warm(old: str | None, name: str, prof: Profile, root: Path | str,
 
 
 @contextlib.contextmanager
-def _open_study(prof: Profile, url: str, name: str, seed: int, heartbeat_s: int, lock_dir: Path,
+def _open_study(prof: Profile, url: str, store: StudyStore, seed: int, heartbeat_s: int,
                 memory_of: Path | None) -> Iterator[optuna.Study]:
     """The study on its storage; with `memory_of` (a SQLite file) held in memory and written there once at the
-    end (tunectl/storage.py `held_in_memory`)."""
+    end (tunectl/storage.py `held_in_memory`). A storage that lacks trials the study's files record (an empty or
+    corrupt study.db) is refused before anything is written (tunectl/recovery.py)."""
+    name = store.name
     with contextlib.ExitStack() as stack:
-        with storage_errors(url), WorkerLock(url, lock_dir, name, "setup"):
+        with storage_errors(url), WorkerLock(url, store.dir / "locks", name, "setup"):
+            recovery.check_file(url, store, name)
             if memory_of is not None:
                 storage = stack.enter_context(held_in_memory(lambda: open_storage(url), name, memory_of))
             else:
                 storage = open_storage(url, heartbeat_s)           # one worker creates the schema
+            recovery.guard_records(storage, name, store, redact.url(url))
             study = optuna.create_study(
                 study_name=name, storage=storage, load_if_exists=True,
                 sampler=make_sampler(prof.search, seed, prof.objective.multi_objective),
@@ -314,10 +325,12 @@ def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
             planned: tuple[int | None, int]) -> dict[str, HostState]:
     """Recover what a dead worker left on each slot and say what this run does with the study."""
     states, recovered = {}, []
+    told = set(recovery.tell_recorded(study, store, fleet.prof, fleet.keys))   # finished, killed before telling
     for key in fleet.keys:
         states[key] = HostState(store.dir / "hosts", key)
         recovered += recover(study, key, states[key], fleet.cleanup_for(key))
     recovered += fail_hostless_at_resume(study)         # asked by a worker that died before it named the host
+    recovered = [n for n in recovered if n not in told]
     for n in recovered:
         close_interrupted(store, n, study)
     if hooks.on_event:
@@ -342,7 +355,7 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
     search = [t for t in trials if fin.role(t) in fin.SEARCH_ROLES and "duplicate_of" not in t.user_attrs
               and t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
     verdicts = loop.stats.verdicts
-    win = fin.winner(verdicts, prof.search.finalists.top_k)
+    win = fin.winner(verdicts)
     cands = fin.candidates(trials)
     best_t = next((t for t in cands if win and t.number == win.trial), None)
     if best_t is None and not verdicts and cands:
@@ -356,7 +369,11 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
                 "ci95": [measured.low, measured.high], "launches": measured.n,
                 "launch_spread": win.launch_spread if win else None,
                 "ties": fin.ties(verdicts, win) if win else [],
-                "gain": fin.gain_over(measured, fin.baseline_interval(trials)),
+                "runs": [win.trial, *(r["trial"] for r in win.runs if r["feasible"])] if win else [best_t.number],
+                "run_values": ([win.search_value, *(r["value"] for r in win.runs if r["feasible"])] if win
+                               else [best_t.values[0]]),
+                "race": loop.stats.race or None,
+                "gain": fin.gain_over(measured, fin.baseline_interval(trials, prof.search.finalists.noise)),
                 "ladder": best_t.user_attrs.get("ladder"), "best_concurrency": best_t.user_attrs.get(
                     "best_concurrency"), **_launch_of(store, best_t.number)}
     order = sorted(search, key=lambda t: t.number)

@@ -19,11 +19,12 @@ from tunectl.workloads import DATASETS
 
 
 class VirtualEvaluator:
-    def __init__(self, prof: Profile, seed: int = 0):
+    def __init__(self, prof: Profile, seed: int = 0, noise: float | None = None):
         from tunectl.sim.model import load_card
 
         self.prof, self.seed = prof, seed
         self.card = load_card(prof.server.sim.card)
+        self.noise = prof.server.sim.noise if noise is None else noise     # 0: the true (noise-free) value
         self.calls = 0
 
     def __call__(self, n: int, params: dict[str, Any], role: str,
@@ -37,7 +38,7 @@ class VirtualEvaluator:
         res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual")
         for wl in self.prof.bench.workloads:
             lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels,
-                                 seed=self.seed * 100003 + n, **self._workload(wl))
+                                 seed=self.seed * 100003 + n, noise=self.noise, **self._workload(wl))
             if not self._add(res, lad, wl.label, should_prune):
                 break
         res.wall_s = res.ready_s + sum(lv.duration_s for lv in res.levels)
@@ -104,7 +105,7 @@ class VirtualEvaluator:
         if lad.startup_crash is not None:
             res.status, res.crash = "crashed", read_log(lad).crash_info("startup", None, KILLED)
             return res
-        sched, cap = Scheduler(lad.setup, self.seed * 100003 + n), self.prof.objective.capacity
+        sched, cap = Scheduler(lad.setup, self.seed * 100003 + n, self.noise), self.prof.objective.capacity
         obj = self.prof.objective
         br = bracket(lambda load: virtual_probe(self.prof, sched, load, res), cap.start, cap.tolerance,
                      cap.max_probes)

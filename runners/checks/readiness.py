@@ -50,9 +50,13 @@ def patch_ids(prof: Profile) -> list[str]:
     return list(dict.fromkeys(prof.server.patches + knob_patches))
 
 
+# run id -> (is the tunectl that launched it running: True/False, or None when nobody here can say; its study)
+Owner = Callable[[str], "tuple[bool | None, str | None]"]
+
+
 class _Ctx:
-    def __init__(self, prof: Profile, runner: Any):
-        self.prof, self.runner = prof, runner
+    def __init__(self, prof: Profile, runner: Any, owner: Owner | None = None):
+        self.prof, self.runner, self.owner = prof, runner, owner
         self.version = prof.server.sglang_version
         self.engine = engine(prof)
         self.patcher = Patcher(runner, prof.server.python, prof.host.workdir, lock_timeout=30)
@@ -143,13 +147,35 @@ def _disk(c: _Ctx) -> Check:
 
 def _leftovers(c: _Ctx) -> Check:
     """Processes of earlier tunectl runs: those under this profile's host.workdir first (a killed run of this
-    profile: `--stop-leftovers` stops them), then any other (another study on the same host)."""
+    profile: `--stop-leftovers` stops them), then any other (another study on the same host). With an `owner`
+    (`tunectl check`): only runs whose tunectl is gone are leftovers; a live study's servers are left alone."""
+    if c.owner is not None:
+        return _owned_leftovers(c)
     found = hostcheck.leftovers(c.runner, python=c.prof.server.python)
     own = {h.run_id for h in hostcheck.own_leftovers(c.runner, c.prof.host.workdir, c.prof.server.python).values()}
     found.sort(key=lambda line: not any(f"run {r})" in line for r in own))
     fix = ("those of runs under host.workdir: tunectl check --stop-leftovers (by their recorded process group); "
            "others: kill -TERM -- -PGID")
     return Check("leftovers", not found, "; ".join(found[:5]) or "no tunectl processes running", fix if found else "")
+
+
+def _owned_leftovers(c: _Ctx) -> Check:
+    assert c.owner is not None
+    rows = hostcheck.host_helper(c.runner, "ours", {}, c.prof.server.python or "python3")
+    gone, live, unknown = [], set(), set()
+    for r in rows:
+        alive, study = c.owner(r["run_id"])
+        if alive is False:
+            gone.append(f"pid {r['pid']} (pgid {r['pgid']}, run {r['run_id']}, study {study}): {r['cmdline'][:100]}")
+        else:
+            (live if alive else unknown).add(study or r["run_id"])
+    seen = [f"{len(live)} running stud{'y' if len(live) == 1 else 'ies'} ({', '.join(sorted(live))}) left alone"
+            if live else "", f"runs launched from another results folder or machine, not judged: "
+            f"{', '.join(sorted(unknown))}" if unknown else ""]
+    detail = "; ".join([*gone[:5], *filter(None, seen)]) or "no tunectl processes running"
+    return Check("leftovers", not gone, detail,
+                 "tunectl check --stop-leftovers (their tunectl is gone; by their recorded process group)"
+                 if gone else "")
 
 
 def _flags(c: _Ctx) -> Check:
@@ -174,13 +200,23 @@ STEPS: list[Callable[[_Ctx], Check | list[Check]]] = [_python, _sglang, _gpus, _
                                                      _patches]
 
 
-def run_checks(prof: Profile, runner: Any, only: tuple[str, ...] | None = None) -> list[Check]:
-    """All checks, or `only` those named (the host's reachability always comes first)."""
-    c = _Ctx(prof, runner)
-    out = [_host(c)]
-    if not out[0].ok:
-        return out
-    for step in STEPS:
+def run_checks(prof: Profile, runner: Any, only: tuple[str, ...] | None = None,
+               owner: Owner | None = None) -> list[Check]:
+    """All checks, or `only` those named (the host's reachability always comes first). `owner`: whether a run's
+    tunectl still runs (`tunectl.store.owner_alive`), so the leftovers are those whose tunectl is gone."""
+    c = _Ctx(prof, runner, owner)
+    first, steps = [_host], STEPS
+    if prof.host.kind == "slurm":                    # the cluster's checks; ports and leftovers are the job's
+        from tunectl.runners.checks import slurmcheck
+
+        first, steps = [*slurmcheck.FIRST, _host], [_python, _sglang, *slurmcheck.STEPS, _flags, _patches]
+        only = None if only is None else (*only, *(slurmcheck.NAMES if "gpus" in only else ()))
+    out: list[Check] = []
+    for step in first:                               # (a host that cannot run a command fails alone)
+        out.append(step(c))
+        if not out[-1].ok:
+            return out
+    for step in steps:
         name = step.__name__.strip("_")
         if only is not None and name not in only:
             continue

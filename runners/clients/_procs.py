@@ -65,7 +65,11 @@ def _orphan_guard(parent: int) -> None:
 def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStream, conc: int, barrier: Any,
             stop: Any, counters: Any, results: Any, enough: Any, cycles: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the parent's to handle: it stops and reaps us
-    base_url, backend, model, timeout_s, scale, streams, level, parent = args
+    base_url, backend, model, timeout_s, scale, total, level, parent = args
+    # each share is its own level on the stand-in's clock (`<level>.<idx>`, its own streams): the clock waits for
+    # each share's requests, and a share that stops sending releases only its own (a busy host delays the shares
+    # unevenly; one share's release must not leave the clock running past another's late replacements)
+    streams, level = conc, f"{level}.{idx}"
     _orphan_guard(parent)
     view = _Slot(counters, idx)
     on_cycle = None
@@ -77,7 +81,7 @@ def _worker(idx: int, args: tuple[Any, ...], prompts: list[Prompt] | PromptStrea
         barrier.wait(timeout=60)
         res = asyncio.run(run_share(base_url, backend, model, prompts, conc, timeout_s, stop.is_set, view,
                                     more=lambda _n: not enough.is_set(), on_cycle=on_cycle, time_scale=scale,
-                                    streams=streams, level=level))
+                                    streams=streams, level=level, total=total))
     except Exception as e:  # noqa: BLE001 - the parent must get an answer from every worker
         now = time.perf_counter()
         res = ShareResult(records=[], t0=now, t_end=now, errors=[f"worker {idx}: {type(e).__name__}: {e}"])
@@ -116,7 +120,7 @@ def run_processes(base_url: str, backend: str, model: str, prompts: list[Prompt]
     """`prompts`: a fixed list (split in proportion), or a PromptStream with a `control` deciding on-line (from
     the cycles the workers send) when the level has measured enough."""
     barrier, stop, results, enough = _CTX.Barrier(procs), _CTX.Event(), _CTX.Queue(), _CTX.Event()
-    level = uuid.uuid4().hex[:12]          # one id for the level's shares (the stand-in's clock waits for them)
+    level = uuid.uuid4().hex[:12]          # the level's id; each share adds its index (the stand-in waits for each)
     cycles = _CTX.Queue() if control is not None else None
     counters = _CTX.RawArray("q", 4 * procs)
     parts = _stream_split(prompts, concurrency, procs) if isinstance(prompts, PromptStream) else \

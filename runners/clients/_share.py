@@ -156,11 +156,13 @@ class _Share:
     def __init__(self, base: str, backend: str, model: str, prompts: Sequence[Prompt] | Callable[[], Prompt | None],
                  concurrency: int, should_abort: Callable[[], bool], counters: Any,
                  more: Callable[[int], bool] | None = None, on_cycle: Callable[[Cycle], None] | None = None,
-                 scale: float = 1.0, streams: int = 0, level: str = ""):
+                 scale: float = 1.0, streams: int = 0, level: str = "", total: int = 0):
         self.base, self.backend, self.model, self.scale = base.rstrip("/"), backend, model, scale
         # the stand-in: this client reads its clock; the level keeps `streams` requests in flight, wait for them
         self.level = level or uuid.uuid4().hex[:12]
-        self.headers = {CLOCK_HEADER: f"streams={streams or concurrency}; level={self.level}"}
+        # `total`: a share of a level split over processes (`level` = <level>.<share>): the level's streams in all
+        self.headers = {CLOCK_HEADER: f"streams={streams or concurrency}; level={self.level}"
+                        + (f"; total={total}" if total else "")}
         self.done_sending = False
         self.source = prompts if callable(prompts) else iter(prompts).__next__
         self.concurrency = concurrency
@@ -253,13 +255,13 @@ async def run_share(base_url: str, backend: str, model: str,
                     timeout_s: float, should_abort: Callable[[], bool] = lambda: False,
                     counters: Any = None, more: Callable[[int], bool] | None = None,
                     on_cycle: Callable[[Cycle], None] | None = None, time_scale: float = 1.0,
-                    streams: int = 0, level: str = "") -> ShareResult:
+                    streams: int = 0, level: str = "", total: int = 0) -> ShareResult:
     """`prompts`: a list, or a callable giving the next prompt (None: no more); `more(started)` is asked before
     each request (False: stop starting requests, let the ones in flight finish); `on_cycle` gets each Cycle;
     `time_scale`: the stand-in's, to read its clock stamps in the scaled clock's seconds; `streams`: the level's
     concurrency and `level` its id when this share is one of several processes."""
     share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters, more, on_cycle,
-                   time_scale, streams, level)
+                   time_scale, streams, level, total)
     conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     cpu0 = time.process_time()

@@ -39,7 +39,7 @@ from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress
 from tunectl.runners.clients.datasets import tokenized
 from tunectl.runners.clients.metrics import METRIC_KEYS, ReqRecord, compute_metrics, slo_metrics
 from tunectl.runners.clients.prompts import Prompt, PromptStream, count_requests, make_prompts, warmup_prompts
-from tunectl.runners.clients.steady import MIN_SAMPLES, Control, Steady, StopRule, steady, steady_window
+from tunectl.runners.clients.steady import MIN_SAMPLES, Control, Steady, StopRule, settled, steady, steady_window
 from tunectl.workloads import DATASETS
 
 __all__ = ["CLIENT", "METRIC_KEYS", "BuiltinClient", "LevelMetrics", "StopRule", "auto_processes", "run_level"]
@@ -100,7 +100,7 @@ def run_level(base_url: str, concurrency: int, workload: WorkloadSpec, num_promp
         # it fails no request. With none started (no server) the planned ones count as failed.
         out.num_prompts = sum(len(s.records) for s in shares) or num_prompts
         out.capped = bool(control and control.capped)
-    _merge(out, shares, time_scale)
+    _merge(out, shares, time_scale, rule)
     if slo and out.metrics:
         duration = out.metrics["duration"] * time_scale
         out.metrics.update(slo_metrics([r for s in shares for r in s.records], slo, out.num_prompts, duration,
@@ -167,10 +167,13 @@ def _duration(started: list[ShareResult], records: list[ReqRecord]) -> float:
     return max(s.t_end for s in started) - min(s.t0 for s in started)
 
 
-def _steady(shares: list[ShareResult], records: list[ReqRecord], concurrency: int, time_scale: float) -> Steady | None:
-    """Cycles when a steady wave of them finished; else the tokens streamed in the steady window when it spans
-    at least one request; else None (the level's whole-run figures stand alone)."""
-    st = steady([c for s in shares for c in s.cycles], concurrency, time_scale)
+def _steady(shares: list[ShareResult], records: list[ReqRecord], concurrency: int, time_scale: float,
+            rule: StopRule | None = None) -> Steady | None:
+    """Cycles when a steady wave of them finished (with a stop rule: those it measured on the server's clock,
+    `settled`); else the tokens streamed in the steady window when it spans at least one request; else None (the
+    level's whole-run figures stand alone)."""
+    cycles = [c for s in shares for c in s.cycles]
+    st = steady(settled(cycles, rule, concurrency, time_scale) if rule else cycles, concurrency, time_scale)
     if st is not None and st.samples >= concurrency:
         return st
     ok = [r.latency for r in records if r.success]
@@ -181,7 +184,7 @@ def _steady(shares: list[ShareResult], records: list[ReqRecord], concurrency: in
     return st if st is not None and st.samples >= max(MIN_SAMPLES, concurrency // 2) else None
 
 
-def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float) -> None:
+def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float, rule: StopRule | None = None) -> None:
     records: list[ReqRecord] = [r for s in shares for r in s.records]
     started = [s for s in shares if s.records]
     duration = _duration(started, records)
@@ -191,7 +194,7 @@ def _merge(out: LevelMetrics, shares: list[ShareResult], time_scale: float) -> N
     out.aborted = any(s.aborted for s in shares)
     out.server_gone = any(s.server_gone for s in shares)
     out.metrics = compute_metrics(records, duration, time_scale, out.concurrency) if started else {}
-    out.steady = _steady(shares, records, out.concurrency, time_scale)
+    out.steady = _steady(shares, records, out.concurrency, time_scale, rule)
     if out.steady is not None and out.metrics:
         out.metrics["steady_output_throughput"] = out.steady.interval.value
         out.metrics["steady_duration"] = out.steady.window_s

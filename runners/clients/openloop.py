@@ -11,7 +11,9 @@
 
 Offsets are in the server's clock: modeled seconds, sent at `offset x target.time_scale` wall seconds after the
 level starts. Each request's send time is recorded beside its due time: the level reports `max_lateness_ms` and
-`p99_lateness_ms` (modeled ms, like every latency) and `late_requests`, the requests sent later than
+`p99_lateness_ms` (modeled ms, like every latency), `timing_floor_ms` (LATE_FLOOR_MS or the loop's p99 lag, in
+modeled ms: below it a latency is the host's jitter, tunectl.goodput.jitter_bound) and `late_requests`, the requests
+sent later than
 `max(LATE_FLOOR_MS wall, LATE_SHARE x their offset)`; any such request flags the level client_bound, as does an
 event loop that woke late (p99 lag over the built-in client's LAG_BOUND_MS: it read the streams late). The metric keys
 are `sglang.bench_serving`'s, with `request_rate` the rate asked for (a trace: its mean rate at the speed-up) and,
@@ -233,6 +235,8 @@ def _fill(out: LevelMetrics, run: OpenRun, target: Target, rate: float, load: Op
             out.metrics.update(slo_metrics(records, target.slo, out.num_prompts, duration, scale))
     late = int(out.metrics.get("late_requests", 0))
     lag99 = float(np.percentile(run.lag_ms, 99)) if run.lag_ms else 0.0
+    if records:                  # what this client's timing (LATE_FLOOR_MS, or its loop's lag) reads as here
+        out.metrics["timing_floor_ms"] = max(LATE_FLOOR_MS, lag99) / scale
     out.client = {"late_requests": late, "loop_lag_p99_ms": lag99, "processes": 1}
     out.client_bound = late > 0 or lag99 > LAG_BOUND_MS
     out.sends = [(s.due - run.t0, s.sent - run.t0) for s in run.sent]

@@ -109,6 +109,40 @@ class StopRule:
     max_prompts: int = 1 << 30
 
 
+def settled(cycles: list[Cycle], rule: StopRule, concurrency: int, time_scale: float = 1.0) -> list[Cycle]:
+    """The cycles the rule measures, decided on the server's clock: the Control's checks replayed in the order the
+    cycles completed there, cut at the first check where the level had measured enough; the cycles completed by
+    then count (what the server did up to that moment does not depend on this host: it waits for the client's
+    requests; what it did after does, through the requests a late client still started). On a busy host the client reads the cycles late and starts a few requests more than
+    the rule needed; those must not move the reading (the stand-in's noise drifts with the work done). Cycles on
+    this host's clock (a real server) are returned as they are."""
+    if not cycles or not all(c.server for c in cycles):
+        return cycles
+    cut = cut_point(cycles, rule, concurrency, time_scale)
+    return cycles if cut is None else [c for c in cycles if c.next_start <= cut[0]]
+
+
+def cut_point(cycles: list[Cycle], rule: StopRule, concurrency: int, time_scale: float = 1.0,
+              horizon: float = math.inf, first: int = 0) -> tuple[float, bool] | None:
+    """(the server time at which the level had measured enough, capped) from the cycles completed by `horizon`,
+    checked every c/8 completions in the server's order (from the `first` completions on: those were checked);
+    None: not yet."""
+    done = sorted((c for c in cycles if c.next_start <= horizon), key=lambda c: (c.next_start, c.start))
+    step = max(1, concurrency // 8)
+    for n in range(step * (first // step + 1), len(done) + 1, step):
+        seen, now = done[:n], done[n - 1].next_start
+        started = sum(c.start <= now for c in cycles)
+        elapsed = (now - min(c.start for c in seen)) / time_scale
+        s = steady(seen, concurrency, time_scale)
+        precise = s is not None and s.samples >= max(MIN_SAMPLES, concurrency // 2) and \
+            s.interval.half_rel <= rule.precision
+        if started >= rule.max_prompts or elapsed >= rule.max_s:
+            return now, not precise
+        if started >= rule.min_prompts and elapsed >= rule.min_s and precise:
+            return now, False
+    return None
+
+
 @dataclass
 class Control:
     rule: StopRule
@@ -120,6 +154,7 @@ class Control:
     capped: bool = False
     stopped: bool = False
     _seen: int = -1
+    _checked: int = 0                 # completions (server order) `cut_point` has checked
     _precise: bool = False
     _first: float = math.inf
     _latest: float = -math.inf
@@ -139,13 +174,30 @@ class Control:
             self.t0 = now
         r = self.rule
         if self.server_clock:
-            elapsed = max(0.0, self._latest - self._first) / self.time_scale
+            return self._settled(started)
         else:
             elapsed = (now - self.t0) / self.time_scale
         if started >= r.max_prompts or elapsed >= r.max_s:
             self.stopped, self.capped = True, not self._is_precise(force=True)
         elif started >= r.min_prompts and elapsed >= r.min_s and self._is_precise():
             self.stopped = True
+        return self.stopped
+
+    def _settled(self, started: int) -> bool:
+        """On the server's clock: stop where `cut_point` says, read from the cycles every share has reported past
+        (the same cut `settled` finds afterwards, however late this host delivers them)."""
+        if started >= self.rule.max_prompts:
+            self.stopped, self.capped = True, not self._is_precise(force=True)
+        elif self.cycles and len(self.cycles) - self._seen >= max(1, self.concurrency // 8):
+            self._seen = len(self.cycles)
+            latest: dict[int, float] = {}
+            for c in self.cycles:
+                latest[c.slot // 100_000] = max(latest.get(c.slot // 100_000, -math.inf), c.next_start)
+            horizon = min(latest.values())
+            cut = cut_point(self.cycles, self.rule, self.concurrency, self.time_scale, horizon, self._checked)
+            self._checked = sum(c.next_start <= horizon for c in self.cycles)
+            if cut is not None:
+                self.stopped, self.capped = True, cut[1]
         return self.stopped
 
     def _is_precise(self, force: bool = False) -> bool:

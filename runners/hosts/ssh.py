@@ -24,6 +24,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from tunectl.errors import InfraError, RunnerError, TunectlError
 from tunectl.profile import HostSpec
+from tunectl.runners.hosts import _ssh_log
 from tunectl.runners.hosts._ssh_forward import Forward
 from tunectl.runners.hosts.base import WRAPPER, ProcHandle, ProcInfo, Result, env_file
 from tunectl.runners.hosts.ssh_conn import collect, connect_chain, is_transient, resolve
@@ -40,6 +41,7 @@ class SSHRunner:
 
     def __init__(self, host: HostSpec, python: str = "python3", reconnect_s: float = 60.0,
                  probe_interval_s: float = 10.0, on_event: Callable[[str, dict[str, Any]], None] | None = None):
+        _ssh_log.install()                # paramiko's per-channel ERROR records: counted, not printed
         self.host, self.python = host, python
         self.alias = host.address or ""
         self.name = f"ssh:{self.alias}"

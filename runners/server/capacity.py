@@ -10,7 +10,9 @@ The client must send the load it is asked for. A probe that failed while the cli
 late requests bunch into bursts the load does not have), or whose p99 lateness exceeds `tolerance` x the level's
 span of arrivals (the client could not keep the rate), is run again, at most `LATE_RETRIES` times; if it still
 did, the search stops there (`stopped: client_bound`): the capacity is at least the last pass, and this host's
-client cannot tell more. Every run is a level of the ladder.
+client cannot tell more. Every run is a level of the ladder, and `Bracket.runs` lists each one (load, passed,
+attainment, "late" when the client did not send it on schedule): a probe that passed on its third run after two
+late failures shows all three.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ def run_capacity(server: Server, w: WorkloadSpec, on_level: Callable[[LevelResul
     obj = server.prof.objective
     cap, by = obj.capacity, obj.capacity.by
     out = Ladder()
+    runs: list[list[Any]] = []                    # every run of every probe, reruns and the last included
 
     def probe(load: float) -> Probe | None:
         c = int(load) if by == "concurrency" else server.prof.bench.max_concurrency or 0
@@ -46,15 +49,19 @@ def run_capacity(server: Server, w: WorkloadSpec, on_level: Callable[[LevelResul
                 on_level(lv)
             if lv.crash is not None:
                 out.crash = lv.crash
+                runs.append([load, False, 0.0, "crash"])
                 return Probe(load, False, 0.0, stop="crash")
             got = float(lv.metrics.get("slo_attainment", 0.0))
             passed = lv.status == "ok" and got >= obj.slo_attainment
             late = _undelivered(lv, cap.tolerance) or (lv.client_bound and not passed)
+            runs.append([load, passed, round(got, 4), "late" if late else ""])
             if not late:
                 break
         return Probe(load, passed, got, stop="client_bound" if late else "")
 
-    return out, bracket(probe, cap.start, cap.tolerance, cap.max_probes, integer=by == "concurrency")
+    br = bracket(probe, cap.start, cap.tolerance, cap.max_probes, integer=by == "concurrency")
+    br.runs = runs
+    return out, br
 
 
 def _undelivered(lv: LevelResult, tolerance: float) -> bool:

@@ -70,7 +70,7 @@ def test_report_reads_what_the_search_wrote(searched):
     best_json = store.read_best()
     r = compute(load_study(store))
     assert r["summary"]["best"]["trial"] == best_json["best"]["trial"]
-    assert r["importance"]["method"].startswith("optuna")
+    assert r["importance"]["method"].startswith("pooled spread")
     assert set(r["importance"]["values"]) <= set(PROFILE["search"]["space"])
     picks = {f["trial"] for f in best_json["finalists"]}
     assert {g["search_trial"] for g in r["finalists"]} == picks
@@ -100,8 +100,8 @@ def test_one_winner_one_number_in_terminal_best_and_report(searched, monkeypatch
 
     root, store = searched
     number = winner_number(load_study(store))
-    assert number["n"] == 3                                  # the search run and its two reruns
-    shown = f"{number['value']:,.1f} output tok/s (mean of 3 runs"
+    assert number["n"] >= 3                                  # the search run and at least its two reruns
+    shown = f"{number['value']:,.1f} output tok/s (mean of {number['n']} runs"
     term = Console(file=io.StringIO(), width=100, emoji=False)
     monkeypatch.setattr(search_cmd, "console", term)
     monkeypatch.setattr(_common, "console", term)

@@ -1,17 +1,27 @@
-"""Finalists compared by intervals: ties are called ties, gains carry their interval (real in-memory Optuna)."""
+"""The finalists' race (search/race.py): intervals from the launch-to-launch noise, a lucky single reading never
+wins over a config confirmed higher, overlapping intervals are a tie, the budget holds (real in-memory Optuna and
+the real loop; the "launches" are scripted readings, so every outcome here is exact)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
+
+from tests.search.conftest import make_profile
+from tunectl.models import LevelResult, TrialResult
 from tunectl.search import finalists as fin
+from tunectl.search import race
+from tunectl.search.loop import Hooks, SearchLoop
+from tunectl.search.study import HostState
 
 
 def _tell(study: optuna.Study, params: dict[str, Any], value: float, half: float, **attrs: Any) -> int:
     study.enqueue_trial(params)
     t = study.ask()
     for k in params:
-        t.suggest_categorical(k, [0, 1, 2])
+        t.suggest_categorical(k, [0, 1, 2, 3, 4])
     for k, v in attrs.items():
         t.set_user_attr(k, v)
     t.set_user_attr("objective_ci95", [value * (1 - half), value * (1 + half)])
@@ -20,41 +30,108 @@ def _tell(study: optuna.Study, params: dict[str, Any], value: float, half: float
     return t.number
 
 
-def _study(a_runs: list[float], b_runs: list[float], base: float, half: float = 0.02) -> optuna.Study:
+def _study(runs: dict[int, list[float]], base: float, half: float = 0.02) -> optuna.Study:
+    """Config x=k read runs[k][0] in the search, then runs[k][1:] on its reruns."""
     study = optuna.create_study(direction="maximize")
     _tell(study, {"x": 0}, base, half, role="baseline")
-    a = _tell(study, {"x": 1}, a_runs[0], half, role="search")
-    b = _tell(study, {"x": 2}, b_runs[0], half, role="search")
-    for n, runs in ((a, a_runs), (b, b_runs)):
-        for i, v in enumerate(runs[1:]):
-            _tell(study, {"x": 1 if n == a else 2}, v, half, role="finalist", finalist_of=n, rerun=i + 1)
+    for k, values in runs.items():
+        n = _tell(study, {"x": k}, values[0], half, role="search")
+        for i, v in enumerate(values[1:]):
+            _tell(study, {"x": k}, v, half, role="finalist", finalist_of=n, rerun=i + 1)
     return study
 
 
-def _verdicts(study: optuna.Study) -> list[fin.FinalistVerdict]:
-    trials = study.get_trials(deepcopy=False)
-    return [fin.verdict(trials, t, 2) for t in fin.pick(trials, 2, 1)]
+def test_a_config_run_once_has_the_launch_noise_as_its_interval() -> None:
+    st = fin.standings(_study({1: [1000.0]}, base=500).get_trials(), prior=0.05)
+    one = next(e for e in st.entries if e.params == {"x": 1})
+    assert one.n == 1 and not one.confirmed
+    assert one.interval.low < 0.9 * 1000 and one.interval.high > 1.1 * 1000   # +-2.8 sd of 5%, not a point
 
 
-def test_finalists_inside_each_others_noise_are_a_tie() -> None:
-    study = _study([1010, 990, 1000], [1000, 1005, 985], base=500)
-    verdicts = _verdicts(study)
-    win = fin.winner(verdicts, 2)
-    assert win is not None and all(v.survived and v.launches == 3 for v in verdicts)
-    other = next(v.trial for v in verdicts if v.trial != win.trial)
-    assert fin.ties(verdicts, win) == [other]
-    g = fin.gain_over(win.interval, fin.baseline_interval(study.get_trials()))
+def test_configs_inside_each_others_noise_are_a_tie() -> None:
+    study = _study({1: [1010, 990, 1000], 2: [1000, 1005, 985]}, base=500)
+    verdicts = fin.verdicts(fin.standings(study.get_trials(), prior=0.05))
+    win = fin.winner(verdicts)
+    assert win is not None and win.launches == 3 and win.score == 1000
+    other = next(v.trial for v in verdicts if v.trial != win.trial and v.survived and v.search_value != 500)
+    assert other in fin.ties(verdicts, win)
+    g = fin.gain_over(win.interval, fin.baseline_interval(study.get_trials(), 0.05))
     assert g is not None and g["verdict"] == "above" and g["low"] < 2.0 < g["high"]
-    assert g["text"].startswith("2.0") and "(" in g["text"]
 
 
-def test_a_clear_difference_is_a_win_and_a_gain_inside_the_noise_is_a_tie() -> None:
-    study = _study([1300, 1290, 1310], [1000, 1005, 995], base=1270)
-    verdicts = _verdicts(study)
-    win = fin.winner(verdicts, 2)
+def test_a_clear_difference_is_a_win() -> None:
+    study = _study({1: [1300, 1290, 1310, 1305], 2: [1000, 1005, 995, 1002]}, base=600)
+    st = fin.standings(study.get_trials(), prior=0.05)
+    verdicts = fin.verdicts(st)
+    win = fin.winner(verdicts)
     assert win is not None and win.search_value == 1300
-    assert fin.ties(verdicts, win) == []
-    assert win.launch_spread == (1310 - 1290) / 1300
-    g = fin.gain_over(win.interval, fin.baseline_interval(study.get_trials()))
-    assert g is not None and g["verdict"] == "tie"              # +2.4% over a baseline measured at +-2%
-    assert g["low"] < 1.0 < g["high"]
+    assert fin.ties(verdicts, win) == [] and st.contenders() == []
+    assert race.next_round(st, reruns=2, budget_left=10) == []         # separated: the race is over
+
+
+def test_the_leader_is_rerun_first_then_its_contenders_and_the_budget_holds() -> None:
+    st = fin.standings(_study({1: [1300.0], 2: [1250.0], 3: [1240.0], 4: [700.0]}, base=600).get_trials(), 0.05)
+    picks = race.next_round(st, reruns=2, budget_left=10)
+    assert [e.params["x"] for e in picks] == [1, 1, 2, 3]        # the leader twice; contenders once; 4 is beaten
+    assert len(race.next_round(st, reruns=2, budget_left=3)) == 3
+
+
+class Scripted:
+    """The trial engine: each config's readings in launch order (one level; its own interval +-1%)."""
+
+    def __init__(self, readings: dict[int, list[float]]):
+        self.readings, self.calls = {k: list(v) for k, v in readings.items()}, []
+
+    def __call__(self, n: int, params: dict[str, Any], role: str, prune: Any = None) -> TrialResult:
+        v = self.readings[params["max-running-requests"]].pop(0)
+        self.calls.append((role, params["max-running-requests"], v))
+        lv = LevelResult(512, "ok", "random", completed=512, duration_s=10.0, metrics={"output_throughput": v},
+                         output_throughput_ci95=[0.99 * v, 1.01 * v])
+        return TrialResult(trial=n, status="ok", params=dict(params), role=role, levels=[lv])
+
+
+def _race(readings: dict[int, list[float]], tmp: Path, budget: int = 12) -> tuple[SearchLoop, Scripted]:
+    """A study whose search ran each config once (its first reading), then the real loop's race."""
+    prof = make_profile(search__finalists={"reruns": 2, "budget": budget}, search__space={
+        "max-running-requests": {"type": "int", "choices": sorted(readings), "default": min(readings)}})
+    study = optuna.create_study(direction="maximize")
+    engine = Scripted(readings)
+    loop = SearchLoop(study, prof, Hooks(evaluate=engine), "local", HostState(tmp, "local"))
+    for i, k in enumerate(sorted(readings)):
+        study.enqueue_trial({"max-running-requests": k}, user_attrs={"role": "baseline" if i == 0 else "search"})
+        loop.run_one(study.ask())
+    loop.finalists()
+    return loop, engine
+
+
+def test_a_lucky_single_reading_never_wins_over_a_config_confirmed_higher(tmp_path: Path) -> None:
+    # config 128 read 3,000 once (lucky) and 2,000 on every fresh launch; 256 reads 2,500 every time
+    loop, engine = _race({64: [1000] * 9, 128: [3000] + [2000] * 9, 256: [2500] * 10}, tmp_path)
+    best = fin.winner(loop.stats.verdicts)
+    assert best is not None and best.params == {"max-running-requests": 256} and best.launches >= 3
+    assert [c for c in engine.calls if c[0] == "finalist"][:2] == [("finalist", 128, 2000)] * 2   # leader first
+    assert loop.stats.race["spent"] <= 12 and "overlaps the leader" in loop.stats.race["rule"]
+
+
+def test_the_race_stops_at_its_budget_and_names_the_tie(tmp_path: Path) -> None:
+    loop, _ = _race({64: [2000, 2400, 1900, 2300, 2000] * 3, 128: [2100, 1950, 2350, 2050, 2200] * 3,
+                     256: [1000] * 15}, tmp_path, budget=6)
+    assert loop.stats.race["spent"] == 6
+    win = fin.winner(loop.stats.verdicts)
+    assert win is not None and fin.ties(loop.stats.verdicts, win)        # never separated: a tie, named
+
+
+def test_a_crash_on_rerun_demotes_the_config() -> None:
+    study = _study({1: [1300.0], 2: [1200.0, 1190.0, 1210.0]}, base=600)
+    n1 = next(t.number for t in study.trials if t.params == {"x": 1})
+    study.enqueue_trial({"x": 1}, user_attrs={"role": "finalist", "finalist_of": n1, "rerun": 1})
+    t = study.ask()
+    t.suggest_categorical("x", [0, 1, 2, 3, 4])
+    t.set_user_attr("crash_class", "load_crash")
+    t.set_constraint("crash", 1.0)
+    study.tell(t, 0.0)
+    assert study.trials[-1].state == TrialState.COMPLETE
+    verdicts = fin.verdicts(fin.standings(study.get_trials(), 0.05))
+    win = fin.winner(verdicts)
+    assert win is not None and win.params == {"x": 2}
+    assert any(v.params == {"x": 1} and v.reason.startswith("demoted") for v in verdicts)

@@ -18,7 +18,9 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.helpers.ports import free_port
+from tunectl.reports.data import load_study, winner_number
 from tunectl.search.study import host_of
+from tunectl.store import StudyStore
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "search-test"
@@ -79,6 +81,12 @@ def test_two_workers_share_one_study_without_duplicates(postgres: str, tmp_path:
     assert len(keys) == len(set(keys)), "no config evaluated twice across workers"
     assert budget <= len(searched) <= budget + 1   # one in-flight trial may finish after the other saw the budget
     assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1
+    # one winner, one number: each worker's results folder holds only its own trials, yet both name the same winner
+    # with the same confirmed value (from the study's storage, after every rerun of the race finished)
+    numbers = [winner_number(load_study(StudyStore(NAME, tmp_path / f"w{gpu}"))) for gpu in (0, 1)]
+    assert numbers[0] is not None and numbers[0]["n"] >= 2
+    assert [(n["trial"], n["value"], n["runs"]) for n in numbers if n] == [(numbers[0]["trial"], numbers[0]["value"],
+                                                                            numbers[0]["runs"])] * 2
     for host in hosts:   # never two trials on one host at once
         spans = sorted((t.datetime_start, t.datetime_complete) for t in trials
                        if host_of(t) == host and t.datetime_complete)

@@ -27,9 +27,11 @@ def harness(root: Path, trials: int, *extra: str) -> list[str]:
 
 
 def leftover(store: StudyStore, n: int) -> ProcHandle:
+    """Trial n's server (its host directory may be gone: a resume removes a dead worker's once its server is)."""
     plan = read_json(store.trial_dir(n) / "launch.json")
     h = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
-    h.pgid = int(Path(h.pgid_path).read_text())
+    pgid = Path(h.pgid_path)
+    h.pgid = int(pgid.read_text()) if pgid.exists() else None
     return h
 
 
@@ -81,6 +83,7 @@ def test_kill_9_mid_trial_then_rerun_resumes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
     assert not runner.group_processes(orphan), "the rerun tears down the server the dead harness left"
+    assert not Path(orphan.dir).exists(), "and removes its host directory (its `env` holds secrets in clear)"
     said = re.search(rf"resuming: (\d+) of 8 search trials kept, trial {running} re-queued", done.stdout)
     assert said and int(said.group(1)) >= len(before), done.stdout
     study = optuna.load_study(study_name=NAME, storage=storage)

@@ -41,8 +41,27 @@ def one_line_errors(fn: F) -> F:
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/yellow]: results written so far are kept")
             sys.exit(130)
+        except Exception as e:        # the file system's and storage's refusals: one line, never a traceback
+            from tunectl.commands._oserrors import one_line
+
+            line = one_line(e)
+            if line is None:
+                raise
+            err_console.print(f"[red]error:[/red] {escape(line)}", markup=True, highlight=False, soft_wrap=True)
+            sys.exit(1)
+        finally:
+            _ssh_notes()
 
     return wrapper  # type: ignore[return-value]
+
+
+def _ssh_notes() -> None:
+    """What the SSH library reported (refused forward channels of a crashed server), in one line on stderr."""
+    mod = sys.modules.get("tunectl.runners.hosts._ssh_log")
+    line = mod.summary() if mod is not None else None
+    if line:
+        mod.NOTES.reset()
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def stop_on_terminate() -> None:

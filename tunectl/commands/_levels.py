@@ -22,17 +22,26 @@ def level_table(result: TrialResult) -> Table:
     for col in ("workload", "c", "status", "steady tok/s (95%)", "samples", "whole-run tok/s", "TTFT p50",
                 "TTFT p99", "TPOT p50", "TPOT p99", "done/failed"):
         tab.add_column(col, justify="left" if col in ("workload", "status") else "right")
+    from tunectl.goodput import jitter_bound
+
     style = {"ok": "green", "crashed": "bold red", "failed": "yellow", "pruned": "dim"}
     for lv in result.levels:
         m = lv.metrics
         tab.add_row(lv.workload, str(lv.concurrency) if lv.load.startswith("c") else lv.load,
-                    f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else ""),
+                    f"[{style.get(lv.status, '')}]{lv.status}[/]" + ("*" if lv.client_bound else "")
+                    + ("?" if jitter_bound(lv) else ""),
                     steady_text(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
                     _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
                     _fmt(m.get("p99_tpot_ms")), f"{lv.completed}/{lv.failed_requests}")
     notes = []
     if any(lv.client_bound for lv in result.levels):
         notes.append("* the benchmark client was busy: the server may do better than measured")
+    jittery = [lv for lv in result.levels if jitter_bound(lv)]
+    if jittery:
+        floor = max(lv.metrics["timing_floor_ms"] for lv in jittery)
+        notes.append(f"? latencies within 4x of what the host's timing reads as on this clock (~{floor:,.0f} ms: "
+                     "5 ms of wall time / the stand-in's time scale): mostly host jitter, not the server; raise "
+                     "server.sim.time_scale (e.g. 0.1) to measure open-loop latency")
     if any(lv.capped for lv in result.levels):
         notes.append("~ the level's time cap came before its interval was within bench.precision")
     if any(lv.load[0] != "c" for lv in result.levels):
@@ -63,17 +72,25 @@ def capacity_lines(result: TrialResult) -> list[str]:
         return []
     slo = ", ".join(f"{k} <= {v:g}" for k, v in cap["slo"].items())
     share = f"{cap['slo_attainment']:.0%}"
-    from tunectl.goodput import capacity_words        # numpy: only when there is a capacity to show
+    from tunectl.goodput import capacity_words, slo_within_jitter   # numpy: only with a capacity to show
 
     head = f"capacity: {capacity_words(cap)} with {slo} for >= {share} of requests"
     if cap["low"] is not None and cap["high"] is not None:
         head += f" (bracket {cap['low']:.4g}-{cap['high']:.4g}, tolerance {cap['tolerance']:.0%})"
-    tried = ", ".join(f"{p[0]:.4g} {'pass' if p[1] else 'fail'} ({p[2]:.1%})" for p in cap["probes"])
+    runs = cap.get("runs") or [[*p, ""] for p in cap["probes"]]        # every run; older records: probes only
+    tried = ", ".join(f"{r[0]:.4g} {'pass' if r[1] else 'fail'} ({r[2]:.1%}"
+                      + {"late": ", sent late: run again", "crash": ", crashed"}.get(r[3], "") + ")" for r in runs)
     why = {"crash": "the server crashed", "max_probes": "objective.capacity.max_probes reached",
            "client_bound": "the client could not send the next load on schedule on this host (a faster host, more "
                            "cores, or a larger stand-in time scale measures further)"}
-    return [head, f"  tried: {tried}"] + ([f"  stopped early: {why.get(cap['stopped'], cap['stopped'])}"]
-                                         if cap["stopped"] else [])
+    lines = [head, f"  tried: {tried}"] + ([f"  stopped early: {why.get(cap['stopped'], cap['stopped'])}"]
+                                          if cap["stopped"] else [])
+    floor = slo_within_jitter([lv for lv in result.levels if lv.request_rate is not None], cap["slo"])
+    if floor is not None:
+        lines.append(f"  ? unreliable here: the host's timing reads as ~{floor:,.0f} ms on this clock, a fair share "
+                     f"of the SLO's {slo}: pass or fail measures host jitter more than the config (raise "
+                     "server.sim.time_scale, e.g. 0.1, or give a looser --slo)")
+    return lines
 
 
 def print_capacity(result: TrialResult) -> None:

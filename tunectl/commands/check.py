@@ -16,6 +16,7 @@ from tunectl.commands._common import console, get_profile, one_line_errors, show
 from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import Check, run_checks
 from tunectl.runners.hosts.base import Runner
+from tunectl.store import DEFAULT_ROOT
 
 __all__ = ["check", "render", "run_checks"]
 
@@ -30,10 +31,20 @@ def render(checks: list[Check], title: str = "tunectl check") -> Table:
     return table
 
 
-def _stop_leftovers(prof: Profile, runner: Runner, yes: bool) -> None:
+def _stop_leftovers(prof: Profile, runner: Runner, yes: bool, root: Path) -> None:
+    """Stop the servers under host.workdir whose tunectl is gone (their study's lock is free), then remove what
+    each left on the host that holds secrets (its `env` file); a live study's servers are never touched."""
     from tunectl.runners.checks.hostcheck import own_leftovers, stop_groups
+    from tunectl.store import owner_alive
 
-    groups = own_leftovers(runner, prof.host.workdir, prof.server.python or "python3")
+    groups = {}
+    for pgid, h in own_leftovers(runner, prof.host.workdir, prof.server.python or "python3").items():
+        alive, study = owner_alive(h.run_id, root)
+        if alive is False:
+            groups[pgid] = h
+        else:
+            console.print(Text(f"not touched: process group {pgid}, run {h.run_id}: " + (
+                f"study {study} is running" if alive else f"launched from another results folder than {root}")))
     if not groups:
         console.print(Text(f"no leftovers of tunectl runs under {prof.host.workdir} on {runner.name}"))
         return
@@ -45,6 +56,9 @@ def _stop_leftovers(prof: Profile, runner: Runner, yes: bool) -> None:
         lines = stop_groups(runner, groups, prof.server.timeouts.teardown_grace_s)
     for line in lines:
         console.print(Text(line))
+    for h in groups.values():
+        if not runner.group_processes(h):           # its server is gone: no secrets left behind in clear
+            runner.remove_tree(f"{h.dir}/env")
 
 
 @app.command()
@@ -54,10 +68,12 @@ def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="pro
           stop_leftovers: bool = typer.Option(False, "--stop-leftovers", help="first stop tunectl's own "
                                               "leftover servers under this profile's host.workdir (from a "
                                               "killed run), by their recorded process group"),
-          yes: bool = typer.Option(False, "--yes", "-y", help="with --stop-leftovers: do not ask")) -> None:
+          yes: bool = typer.Option(False, "--yes", "-y", help="with --stop-leftovers: do not ask"),
+          root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
     """Check the profile's host (each of its `hosts:`): SSH and host key, python and SGLang, GPUs, ports, disk,
     leftovers, flags, patches, backends the GPU has no kernels for."""
     from tunectl.slots import hosts_of
+    from tunectl.store import owner_alive
     from tunectl.study import backend_check, make_runner
 
     prof = get_profile(profile)
@@ -68,8 +84,8 @@ def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="pro
         runner = make_runner(host_prof)
         try:
             if stop_leftovers:
-                _stop_leftovers(host_prof, runner, yes)
-            found = run_checks(host_prof, runner)
+                _stop_leftovers(host_prof, runner, yes, root)
+            found = run_checks(host_prof, runner, owner=lambda run_id: owner_alive(run_id, root))
             if found[0].ok:                                     # the host answered
                 found.append(backend_check(host_prof, runner))
         finally:

@@ -13,6 +13,7 @@ import typer
 import yaml
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, one_line_errors, show_table
@@ -38,11 +39,19 @@ def _store(study: str | None, root: Path) -> StudyStore:
             raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
         err_console.print(f"study: {name} (the latest {study_kind(root, name)}; --study NAME picks another, "
                           "`tunectl studies` lists them)", highlight=False, markup=False, soft_wrap=True)
-        return StudyStore(name, root)
+        return warn_unreadable(StudyStore(name, root))
     if study not in names:
         valid = ", ".join(names) or "none"
         raise UsageError(f"--study: {study!r}: no such study under {root}; valid: {valid}")
-    return StudyStore(study, root)
+    return warn_unreadable(StudyStore(study, root))
+
+
+def warn_unreadable(store: StudyStore) -> StudyStore:
+    """A trial record that cannot be read is named on stderr (and left out), never skipped without a word."""
+    for path, why in store.unreadable():
+        err_console.print(f"warning: {path}: not a trial record ({why}); left out", highlight=False, markup=False,
+                          soft_wrap=True)
+    return store
 
 
 @app.command()
@@ -52,17 +61,20 @@ def studies(root: RootOpt = DEFAULT_ROOT) -> None:
     names = list_studies(root)
     if not names:
         raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
+    from tunectl.reports.data import load_study, winner_number
+
     default = default_study(root)
     tab = Table(title=f"{root}: {len(names)} studies")
-    for col in ("study", "kind", "SGLang", "trials", "best tok/s", "updated"):
-        tab.add_column(col, justify="right" if col in ("trials", "best tok/s") else "left", overflow="fold")
+    for col in ("study", "kind", "SGLang", "trials", "best", "updated"):
+        tab.add_column(col, justify="right" if col in ("trials", "best") else "left", overflow="fold")
     for name in names:
         store = StudyStore(name, root)
-        trials = store.trials()
-        top = max((t.best_output_throughput for t in trials if t.status == "ok"), default=None)
+        data = load_study(store)
+        number = winner_number(data)           # the winner's one number: the study's objective, confirmed
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime((store.dir / "study.json").stat().st_mtime))
         tab.add_row(escape(name) + (" (default)" if name == default else ""), study_kind(root, name),
-                    escape(_setup(store)), str(len(trials)), "-" if top is None else f"{top:,.0f}", stamp)
+                    escape(_setup(store)), str(len(data.trials)),
+                    "-" if number is None else f"{number['value']:,.1f} {number['unit']}", stamp)
     show_table(tab, keep=("study", "kind", "updated"))
 
 
@@ -120,21 +132,23 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     labels = workload_columns(rows)           # several workloads: each one's best stable tok/s
     tab = Table(title=f"{store.name}: {len(rows)} trials")
     cap = ["capacity"] if any(r["capacity"] for r in rows) else []     # goodput studies, sweep --capacity
-    for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", *cap, *labels, "at c", "max stable c",
-                "crash"):
+    for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", "confirmed", *cap, *labels, "at c",
+                "max stable c", "crash"):
         tab.add_column(col, justify="left" if col in ("role", "status", "key flags (vs baseline)", "crash") else
                        "right", overflow="fold")
-    style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan"}
+    style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan",
+             "interrupted": "yellow"}
     for r in rows:
         flags = fmt_params(r["key_flags"]) or "(as baseline)"
         flags = "(baseline)" if r["role"] == "baseline" else flags
         where = "startup" if r["crashed_at"] is None else f"c={r['crashed_at']}"
         crash = f"{r['crash_class']} @{where}" if r["crash_class"] else ""
-        tab.add_row(str(r["trial"]), r["role"], f"[{style.get(r['status'], '')}]{r['status']}[/]", flags,
-                    f"{r['output_throughput']:,.0f}", *([r["capacity"] or "-"] if cap else []),
+        tab.add_row(str(r["trial"]), r["role"], Text(r["status"], style=style.get(r["status"], "")), escape(flags),
+                    f"{r['output_throughput']:,.0f}", "-" if r["confirmed"] is None else f"{r['confirmed']:,.1f}",
+                    *([r["capacity"] or "-"] if cap else []),
                     *(f"{r['per_workload'].get(w, 0.0):,.0f}" for w in labels),
                     str(r["peak_concurrency"] or "-"),
-                    str(r["max_stable_concurrency"]), crash)
+                    str(r["max_stable_concurrency"]), escape(crash))
     show_table(tab, keep=("role", "status"))
 
 

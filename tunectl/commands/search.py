@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tunectl.cli import app
-from tunectl.commands._common import console, get_profile, one_line_errors, show_table
+from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
 from tunectl.commands._levels import progress_text
 from tunectl.errors import UsageError
 from tunectl.models import ladder_steps
@@ -61,8 +61,11 @@ class Progress:
             name = _slot_name(data["slot"])
             console.print(Text(f"  {'slot ' + name if name else 'the host'} takes no more trials: {data['reason']}",
                                style="yellow"))
+        elif kind == "parallel_capped":
+            console.print(parallel_line(data), highlight=False, markup=False)
         elif kind == "finalists":
-            self.note = f"confirming finalists {data['picks']} x{data['reruns']}"
+            self.note = (f"racing finalists {data['picks']} ({data['reruns']} rerun(s) this round, leader "
+                         f"{data.get('leader')})")
         elif data.get("n") in self.running:
             self.running[data["n"]]["level"] = _level_text(data) or self.running[data["n"]]["level"]
 
@@ -97,7 +100,34 @@ def _level_text(data: dict[str, Any]) -> str:
         return f"c={data['concurrency']} running"
     if "compilers" in data:
         return progress_text("compiling", data) or ""
+    if "job_id" in data and "pending_s" in data:        # a Slurm job (docs/slurm.md): queued, or started after
+        return (f"job {data['job_id']} on {data['node']} (queued {data['pending_s']:.0f}s)" if data.get("node")
+                else f"job {data['job_id']} pending {data['pending_s']:.0f}s ({data.get('reason') or '-'})")
     return str(data["phase"]) if "phase" in data else ""
+
+
+def numbers_line(trials: list[Any]) -> str | None:
+    """Trial numbers are Optuna's: a proposal dropped before it ran (vetoed as a likely crash, moved onto the
+    grid) takes one too, so the numbers of the trials that ran skip. Said, so that `trial 953` after 200 trials
+    reads as what it is."""
+    numbers = {t.trial for t in trials}
+    if not numbers:
+        return None
+    top = max(numbers)
+    skipped = top + 1 - len(numbers)
+    if skipped <= 0:
+        return None
+    return (f"trial numbers run to {top}: {skipped} of them went to proposals dropped before they ran (vetoed as "
+            f"likely crashes, moved onto the grid, or repeats), which Optuna numbers too; {len(numbers)} trials ran "
+            "(tunectl trials lists them)")
+
+
+def parallel_line(d: dict[str, Any]) -> str:
+    """--parallel N on hosts with fewer GPU slots: how many trials run at once, and why."""
+    n = d["slots"]
+    at_once = "trials run one at a time" if n == 1 else f"at most {n} trials run at once"
+    return (f"--parallel {d['asked']}: {at_once}: the hosts have {n} GPU slot{'s' if n != 1 else ''} of "
+            f"{d['gpus_per_trial']} GPUs (a trial's tp-size x pp-size x dp-size, or server.gpus_per_trial)")
 
 
 def resume_line(d: dict[str, Any]) -> str:
@@ -128,7 +158,7 @@ def _finalists_table(groups: list[dict[str, Any]]) -> Table:
         runs = ", ".join(f"#{r['trial']} {r['output_throughput']:,.0f}" if r["status"] == "ok"
                          else f"#{r['trial']} {r['status']}" for r in g["runs"])
         spread = f"{g['min_output_throughput']:,.0f}-{g['max_output_throughput']:,.0f}" if g["ok_runs"] else "-"
-        t.add_row(str(g["search_trial"]), runs, f"{g['mean_output_throughput']:,.0f}", spread)
+        t.add_row(str(g["search_trial"]), runs, f"{g['mean_output_throughput']:,.1f}", spread)
     return t
 
 
@@ -146,15 +176,25 @@ def show(out: dict[str, Any], root: Path) -> None:
                   + f"; pruning saved ~{out['saved_s']:.0f}s",
                   highlight=False)
     data = load_study(StudyStore(out["study"], root))
+    gap = numbers_line(data.trials)
+    if gap:
+        console.print(gap, highlight=False, markup=False)
     groups = finalists(data.trials, (data.best or {}).get("finalists"))
     if groups:
         show_table(_finalists_table(groups), keep=("trial",))
+    race = (out.get("best") or {}).get("race")
+    if race:
+        console.print(f"[bold]finalists[/bold]: {race['rule']}; {race['spent']} of {race['budget']} reruns spent "
+                      f"(launch-to-launch noise {race['noise']:.1%}, search.finalists in the profile)",
+                      highlight=False)
     best, number = out["best"], winner_number(data)
     if best is None or number is None:
         console.print("[red]no stable configuration survived[/red]: see the trials in the report")
     else:
-        console.print(f"[bold green]best[/bold green]: trial {best['trial']}, {headline(number)} (first seen at "
-                      f"search trial {out['trials_to_best']})", highlight=False)
+        found = (f" (found after {out['trials_to_best']} of {out['trials']} search trials)"
+                 if out.get("trials_to_best") else "")
+        console.print(f"[bold green]best[/bold green]: trial {best['trial']}, {headline(number)}{found}",
+                      highlight=False)
         console.print("  " + " ".join(f"{k}={v}" for k, v in best["params"].items()), highlight=False,
                       markup=False)
         if best.get("metric") == "capacity":
@@ -183,6 +223,24 @@ def show(out: dict[str, Any], root: Path) -> None:
         raise typer.Exit(1)
 
 
+def _warn_unreadable(study: str | None, prof: Any, root: Path) -> None:
+    """A resumed study's trial records that cannot be read are named, not skipped without a word."""
+    from tunectl.commands.results import warn_unreadable
+    from tunectl.store import StudyStore, check_name
+
+    name = (check_name(study, "--study") if study is not None      # --study "": refused, not the default
+            else check_name(prof.name, f"{prof.source or prof.name}: name"))
+    warn_unreadable(StudyStore(name, root))
+
+
+def _rebuild(prof: Any, name: str, root: Path, storage: str | None) -> None:
+    from tunectl.recovery import rebuild_study
+
+    added, aside = rebuild_study(prof, name, root, storage)
+    err_console.print(f"rebuilt study {name} from its trial files: {added} trials"
+                      + (f" (the old study.db kept as {aside.name})" if aside else ""), highlight=False, markup=False)
+
+
 TrialsOpt = Annotated[int | None, typer.Option("--trials", "-n", help="search trials (default: profile)")]
 ProfileOpt = Annotated[Path | None, typer.Option("--profile", "-p", help="profile YAML (default: sim-glm5)")]
 StudyOpt = Annotated[str | None, typer.Option("--study", help="study name (default: the profile's name)")]
@@ -193,6 +251,9 @@ SeedOpt = Annotated[int | None, typer.Option("--seed", help="sampler seed (defau
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document, no progress view")]
 VirtualOpt = Annotated[bool, typer.Option("--virtual", help="evaluate on the stand-in's virtual-clock model (no "
                                           "processes; seconds for a whole study; sim profiles only)")]
+RebuildOpt = Annotated[bool, typer.Option(
+    "--rebuild", help="make the study's storage again from its trial files (after an empty or corrupt study.db; "
+    "the old file is kept aside), then resume")]
 ParallelOpt = Annotated[int | None, typer.Option(
     "--parallel", help="at most N trials at once (default: one per GPU slot: host.gpus split by "
     "server.gpus_per_trial or tp-size; with --virtual: 1)")]
@@ -206,7 +267,8 @@ WarmOpt = Annotated[str | None, typer.Option(
 @one_line_errors
 def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
            seed: SeedOpt = None, as_json: JsonOpt = False, virtual: VirtualOpt = False,
-           root: RootOpt = DEFAULT_ROOT, warm_start: WarmOpt = None, parallel: ParallelOpt = None) -> None:
+           root: RootOpt = DEFAULT_ROOT, warm_start: WarmOpt = None, parallel: ParallelOpt = None,
+           rebuild: RebuildOpt = False) -> None:
     """Search the profile's flags for the fastest config that does not crash (the same command again resumes)."""
     import optuna
 
@@ -219,6 +281,9 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         raise UsageError(f"--parallel: {parallel}: must be a positive number of trials at once (default: one per "
                          "GPU slot)")
     prof = get_profile(profile)
+    _warn_unreadable(study, prof, root)
+    if rebuild:
+        _rebuild(prof, study or prof.name, root, storage)
     evaluate = None
     if virtual:
         from tunectl.engines import engine

@@ -7,7 +7,6 @@ the knob's type/choices or the profile's SGLang version's --help before anything
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
 import time
@@ -25,7 +24,7 @@ from tunectl.commands._levels import (launches_table, level_table, print_capacit
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import ParamSpec, Profile
-from tunectl.store import DEFAULT_ROOT, StudyStore
+from tunectl.store import DEFAULT_ROOT, StudyStore, check_name, running
 
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
@@ -140,6 +139,7 @@ def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
     """(the flag's key in the config, the typed value): SGLang's aliases (tp-size, tensor-parallel-size) are one
     flag, spelled as the profile's base flags spell it, else as SGLang lists it first."""
     from tunectl.flags import bundled_flags, did_you_mean, flag_index
+    from tunectl.redact import SECRET_FLAGS
 
     version = prof.server.sglang_version
     try:
@@ -155,12 +155,21 @@ def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
         knobs = ", ".join(prof.search.space) or "none"
         raise UsageError(f"--set {name}: not a search knob ({knobs}) nor an SGLang {version} flag"
                          + (f"; {gone}" if gone else f"; did you mean {hint!r}?" if hint else ""))
+    if any(index.get(secret.replace("_", "-")) is spec for secret in SECRET_FLAGS):
+        raise UsageError(f"--set {name}: a secret is never given on the command line (it would be stored in "
+                         "results/ and shown by --dry-run); put it in the environment: server.env: "
+                         "{SGLANG_API_KEY: ${SGLANG_API_KEY}} in the profile, then export SGLANG_API_KEY")
     key = next((k for k in prof.server.flags if index.get(k.replace("_", "-")) is spec), spec.name)
     if not spec.takes_value:
         return key, _bool(name, raw)
     if spec.choices and raw not in spec.choices:
         raise UsageError(f"--set {name}: {raw!r}: must be one of {', '.join(spec.choices)}")
-    value = yaml.safe_load(raw) if raw else raw
+    try:
+        value = yaml.safe_load(raw) if raw else raw
+    except yaml.YAMLError as e:                    # `[1,`, `: :`, `!!python/object x`: one line, not a traceback
+        why = str(getattr(e, "problem", None) or getattr(e, "context", None) or "not valid YAML").strip()
+        raise UsageError(f"--set {name}: {raw!r}: not a valid value ({why}); a value with YAML's special "
+                         f"characters is quoted: --set '{name}=\"...\"'") from None
     return key, value if isinstance(value, (int, float, str, bool)) else raw
 
 
@@ -262,6 +271,9 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
           root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
     """Launch one configuration and benchmark it at each concurrency level on that one launch."""
     prof = get_profile(profile)
+    if prof.host.kind == "slurm":
+        raise UsageError(f"{prof.source or prof.name}: host.kind: slurm: tunectl search runs there (a job per trial, "
+                         "docs/slurm.md); tunectl sweep needs host.kind local or ssh")
     levels, rates = parse_levels(concurrency), parse_rates(request_rate)
     if levels is not None and rates is None:
         rates = []                                   # --concurrency: closed-loop levels, whatever bench.rates
@@ -272,8 +284,8 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
     if dry_run:
         _dry_run(prof, params, as_json)
         return
-    if study is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", study):
-        raise UsageError(f"--study: {study!r}: use letters, digits, '_', '-' and '.' (it names a folder)")
+    if study is not None:
+        check_name(study)
     if launches < 1:
         raise UsageError(f"--launches: {launches}: expected 1 or more fresh launches")
     name = study or time.strftime("sweep-%Y%m%d-%H%M%S")
@@ -328,18 +340,19 @@ def _run(prof: Profile, params: dict[str, Any], load: tuple[list[int] | None, li
     n = len(store.trial_numbers())
     ctx = TrialContext(prof, runner, store, levels=levels, rates=rates, capacity=capacity)
     try:
-        if quiet:
-            return run_trial(ctx, n, params, "sweep"), store
-        with console.status("planning") as status:
-            def on_event(kind: str, data: dict[str, Any]) -> None:
-                text = progress_text(kind, data)
-                if text:
-                    status.update(text)
-                if kind == "level":
-                    lv = data["level"]
-                    console.print(f"  {LevelResult.from_dict(lv).load:<7} {lv['status']:<8} "
-                                  f"{steady_text(LevelResult.from_dict(lv)):>22} tok/s steady, "
-                                  f"{lv['metrics'].get('output_throughput', 0):,.1f} whole run", highlight=False)
-            return run_trial(ctx, n, params, "sweep", on_event), store
+        with running(store):          # `tunectl check` asks it: this sweep's server is no leftover
+            if quiet:
+                return run_trial(ctx, n, params, "sweep"), store
+            with console.status("planning") as status:
+                def on_event(kind: str, data: dict[str, Any]) -> None:
+                    text = progress_text(kind, data)
+                    if text:
+                        status.update(text)
+                    if kind == "level":
+                        lv = data["level"]
+                        console.print(f"  {LevelResult.from_dict(lv).load:<7} {lv['status']:<8} "
+                                      f"{steady_text(LevelResult.from_dict(lv)):>22} tok/s steady, "
+                                      f"{lv['metrics'].get('output_throughput', 0):,.1f} whole run", highlight=False)
+                return run_trial(ctx, n, params, "sweep", on_event), store
     finally:
         runner.close()

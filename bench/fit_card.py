@@ -1,0 +1,201 @@
+"""Fit a sim card's speed parameters to part of a measured landscape and check it on the configs held out.
+
+The landscape's configs (landscape.json, docs/landscapes.md) are split: every `--hold`-th measured config (c02,
+c05, ... for 3) is held out, the rest train. The card's decode and prefill timings and its graph capture memory
+per batch size (FIT below) are scaled, in log space, by coordinate descent to minimise the squared log error of the
+stand-in's noise-free virtual ladder (the trial engine's `tunectl.virtual.VirtualEvaluator` on the landscape's own
+profile, flags and workload) against the measured level means of the chosen client, on the training configs. Reported: the fitted factors; per level the
+mean absolute error on the training and the held-out configs; crash agreement (a measured crash the card serves, or
+the reverse); and each knob's main effect, measured vs the card's (the mean ratio of throughput between the knob's
+values at each level): where the card's physics cannot reach the measurements, the effects disagree in sign or size
+and are named, and the fix belongs in the physics (sim/), not in these factors.
+
+    python bench/fit_card.py docs/real-gpu/landscapes/llama8b-h100/landscape.json --card llama31-8b-h200 \
+        --gpu "NVIDIA H100 80GB HBM3" --gpu-gib 79.19 [--hold 3] [--client builtin] [--out card.yaml]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
+from tunectl import landscape  # noqa: E402
+from tunectl.profile import Profile  # noqa: E402
+from tunectl.replay import replay_profile  # noqa: E402
+from tunectl.sim.card import Card, load_card  # noqa: E402
+from tunectl.virtual import VirtualEvaluator  # noqa: E402
+
+FIT = ("decode.base_ms", "decode.per_req_ms", "decode.per_kv_ktoken_ms", "decode.launch_ms", "prefill.base_ms",
+       "prefill.per_token_ms", "memory.graph_per_bs_gb")     # the last moves where graph capture runs out of memory
+CRASH_PENALTY = 1.0          # a crash disagreement costs as much as a level off by a factor e
+
+
+def _get(d: dict[str, Any], dotted: str) -> float:
+    for part in dotted.split("."):
+        d = d[part]
+    return float(d)  # type: ignore[arg-type]
+
+
+def scaled(base: Card, factors: dict[str, float]) -> Card:
+    data = base.model_dump(mode="json")
+    for dotted, f in factors.items():
+        *path, last = dotted.split(".")
+        node = data
+        for part in path:
+            node = node[part]
+        node[last] = float(node[last]) * f
+    return Card.model_validate(data)
+
+
+class Fit:
+    def __init__(self, land: dict[str, Any], card: Card, client: str | None):
+        self.land = land
+        prof = replay_profile(land)
+        data = prof.model_dump(mode="json")
+        data["server"]["engine"], data["server"]["sim"]["card"] = "sim", card.name or "fit"
+        self.prof = Profile.model_validate(data)
+        self.client = client or ("builtin" if "builtin" in land["clients"] else land["clients"][0])
+        self.configs = [c for c in land["configs"] if c["outcome"] in ("ok", "crash")]
+        self.base = card
+
+    def measured(self, cfg: dict[str, Any]) -> dict[int, float]:
+        return {int(lv): s["mean"] for lv, s in cfg["levels"].get(self.client, {}).items()}
+
+    def simulate(self, card: Card, cfg: dict[str, Any]) -> tuple[bool, dict[int, float]]:
+        ev = VirtualEvaluator(self.prof, 0, noise=0.0)
+        ev.card = card
+        res = ev(0, dict(cfg["set"]), "sweep")
+        return res.status == "crashed", {lv.concurrency: lv.output_throughput for lv in res.stable_levels}
+
+    def loss(self, card: Card, configs: list[dict[str, Any]]) -> float:
+        total, n = 0.0, 0
+        for cfg in configs:
+            crashed, sim = self.simulate(card, cfg)
+            if crashed != (cfg["outcome"] == "crash"):
+                total, n = total + CRASH_PENALTY, n + 1
+                continue
+            for lv, want in self.measured(cfg).items():
+                if want > 0:
+                    total += math.log(max(sim.get(lv, 1.0), 1.0) / want) ** 2
+                    n += 1
+        return total / max(1, n)
+
+    def fit(self, train: list[dict[str, Any]], rounds: int = 6) -> dict[str, float]:
+        """Coordinate descent on log factors, steps halving each round."""
+        logf = {k: 0.0 for k in FIT if _get(self.base.model_dump(), k) > 0}
+        best = self.loss(self.base, train)
+        step = 1.0
+        for _ in range(rounds):
+            for k in logf:
+                for sign in (1, -1):
+                    trial = {**logf, k: logf[k] + sign * step}
+                    val = self.loss(scaled(self.base, {n: math.exp(v) for n, v in trial.items()}), train)
+                    if val < best - 1e-9:
+                        best, logf = val, trial
+                        break
+            step /= 2
+        return {k: math.exp(v) for k, v in logf.items()}
+
+
+def errors(fit: Fit, card: Card, configs: list[dict[str, Any]]) -> tuple[dict[int, list[float]], list[str]]:
+    """Per level the relative errors of the card against the measured means; crash disagreements by config."""
+    per: dict[int, list[float]] = {}
+    crash_off = []
+    for cfg in configs:
+        crashed, sim = fit.simulate(card, cfg)
+        if crashed != (cfg["outcome"] == "crash"):
+            crash_off.append(f"{cfg['id']} measured {cfg['outcome']}, card {'crash' if crashed else 'serves'}")
+            continue
+        for lv, want in fit.measured(cfg).items():
+            if want > 0 and lv in sim:
+                per.setdefault(lv, []).append(sim[lv] / want - 1)
+    return per, crash_off
+
+
+def main_effects(fit: Fit, card: Card) -> list[tuple[str, str, int, float, float]]:
+    """(knob, 'a -> b', level, measured ratio, card ratio): the geometric mean ratio over the pairs of configs that
+    differ only in this knob (a knob active in one of them only, as graph sizes with graphs off, is not compared),
+    served in both."""
+    ok = [c for c in fit.configs if c["outcome"] == "ok"]
+    sims = {c["id"]: fit.simulate(card, c)[1] for c in ok}
+    out = []
+    for knob, values in fit.land["knobs"].items():
+        for a, b in zip(values, values[1:]):
+            for lv in fit.land["levels"]:
+                meas, model = [], []
+                for ca in ok:
+                    if ca["set"].get(knob) != a:
+                        continue
+                    for cb in (c for c in ok if _twin(ca["set"], c["set"], knob, b)):
+                        ma, mb = fit.measured(ca).get(int(lv)), fit.measured(cb).get(int(lv))
+                        sa, sb = sims[ca["id"]].get(int(lv)), sims[cb["id"]].get(int(lv))
+                        if ma and mb and sa and sb:
+                            meas.append(math.log(mb / ma))
+                            model.append(math.log(sb / sa))
+                if meas:
+                    out.append((knob, f"{a} -> {b}", int(lv), math.exp(statistics.fmean(meas)),
+                                math.exp(statistics.fmean(model))))
+    return out
+
+
+def _twin(a: dict[str, Any], b: dict[str, Any], knob: str, value: Any) -> bool:
+    """b is a with `knob` at `value` (knobs only one of them has, inactive in the other, are not compared)."""
+    return b.get(knob) == value and all(a[k] == b[k] for k in set(a) & set(b) if k != knob)
+
+
+def report(fit: Fit, card: Card, factors: dict[str, float], train: list[dict[str, Any]],
+           held: list[dict[str, Any]]) -> None:
+    ids = ", ".join(c["id"] for c in held)
+    print(f"\n{fit.land['name']}: {len(train)} configs train, {len(held)} held out ({ids});"
+          f" client {fit.client}; card {fit.base.name} on {card.gpu.name} ({card.gpu.total_gib} GiB)")
+    print("  fitted: " + ", ".join(f"{k} x{f:.2f} = {_get(card.model_dump(), k):.4g}" for k, f in factors.items()))
+    for name, part in (("train", train), ("held out", held)):
+        per, crash_off = errors(fit, card, part)
+        cells = ", ".join(f"c={lv}: {statistics.fmean(abs(e) for e in es):.0%} (n={len(es)}, "
+                          f"signed {statistics.fmean(es):+.0%})" for lv, es in sorted(per.items()))
+        print(f"  {name:9} mean |error| per level: {cells or '-'}; crash disagreements: "
+              f"{'; '.join(crash_off) or 'none'}")
+    print("  main effects, measured vs card (throughput ratio when the knob moves, other knobs equal):")
+    for knob, move, lv, meas, model in main_effects(fit, card):
+        off = (meas - 1) * (model - 1) < 0 and abs(meas - 1) > 0.05 or max(meas, model) / min(meas, model) > 1.25
+        print(f"    {knob:28} {move:18} c={lv:<5} measured x{meas:.2f}  card x{model:.2f}"
+              + ("   <- the card's physics does not reach this" if off else ""))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("landscape", help="landscape.json (bench/landscape.py)")
+    ap.add_argument("--card", required=True, help="the sim card to start from (name or path)")
+    ap.add_argument("--gpu", default=None, help="the GPU's name, when the card's is another")
+    ap.add_argument("--gpu-gib", type=float, default=None, help="the GPU's memory as torch reports it (GiB)")
+    ap.add_argument("--hold", type=int, default=3, help="hold out every N-th measured config")
+    ap.add_argument("--client", default=None)
+    ap.add_argument("--out", default=None, help="write the fitted card here")
+    args = ap.parse_args()
+    land = landscape.load(args.landscape)
+    card = load_card(args.card)
+    if args.gpu or args.gpu_gib:
+        gpu = card.gpu.model_copy(update={k: v for k, v in (("name", args.gpu), ("total_gib", args.gpu_gib),
+                                  ("memory_gb", args.gpu_gib and args.gpu_gib * 1.073741824)) if v})
+        card = card.model_copy(update={"gpu": gpu, "landscape": None})
+    fit = Fit(land, card, args.client)
+    held = fit.configs[args.hold - 1::args.hold]
+    train = [c for c in fit.configs if c not in held]
+    factors = fit.fit(train)
+    fitted = scaled(card, factors)
+    report(fit, fitted, factors, train, held)
+    if args.out:
+        Path(args.out).write_text(yaml.safe_dump(fitted.model_dump(mode="json", exclude_none=True), sort_keys=False))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

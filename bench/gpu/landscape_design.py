@@ -1,0 +1,71 @@
+"""Writes a landscape's design.yaml (docs/real-gpu.md, "Measured landscapes"): the full factorial of a small space
+of SGLang flags, in the order it is to be measured, so that a lease that stops part-way still leaves a balanced
+subset behind.
+
+Order: the half of the 2^3 part (max-running x chunked prefill x KV dtype) whose coded product is +1 comes first
+(each of those three knobs at each value equally often), crossed with the three CUDA-graph settings in a Latin
+order (every run of three configs has the three graph settings and three different 2^3 cells); then the other half
+in the same way. Config ids (c00 ...) follow that order.
+
+  python3 bench/gpu/landscape_design.py NAME GPU OUT.yaml [PROFILE]   (default profiles/real-llama8b-h100.yaml)
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GRAPHS = [  # the graph knob: off, on with a small max batch, on with a large one
+    {"cuda-graph-backend-decode": "disabled"},
+    {"cuda-graph-backend-decode": "full", "cuda-graph-max-bs-decode": 32},
+    {"cuda-graph-backend-decode": "full", "cuda-graph-max-bs-decode": 256},
+]
+TWO_LEVEL = {"max-running-requests": [64, 512], "chunked-prefill-size": [2048, 8192],
+             "kv-cache-dtype": ["auto", "fp8_e4m3"]}
+
+
+def _half(sign: int) -> list[dict[str, Any]]:
+    """The cells of the 2^3 part whose coded product (-1 / +1 per knob) is `sign`."""
+    names = list(TWO_LEVEL)
+    cells = []
+    for code in itertools.product((-1, 1), repeat=len(names)):
+        if code[0] * code[1] * code[2] == sign:
+            cells.append({n: TWO_LEVEL[n][(c + 1) // 2] for n, c in zip(names, code)})
+    return cells
+
+
+def configs() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for sign in (1, -1):
+        cells = _half(sign)
+        for rnd in range(len(cells)):
+            for g, graph in enumerate(GRAPHS):
+                out.append({**graph, **cells[(rnd + g) % len(cells)]})
+    return [{"id": f"c{i:02d}", "set": s} for i, s in enumerate(out)]
+
+
+def design(name: str, gpu: str, profile: str = "profiles/real-llama8b-h100.yaml") -> dict[str, Any]:
+    return {
+        "name": name,
+        "model": {"description": "Llama-3.1-8B-shaped (32 layers, hidden 4096, 32 heads, 8 KV heads, intermediate "
+                                 "14336, llama3 rope), bf16 random weights (--load-format dummy), vocabulary 4,096",
+                  "config": "bench/gpu/llama8b/config.json"},
+        "gpu": gpu,
+        "sglang": "0.5.17",
+        "profile": profile,
+        "levels": [16, 64, 256],
+        "requests_per_level": 4,
+        "workload": {"kind": "random", "input_len": 256, "output_len": 128},
+        "clients": ["builtin", "bench_serving"],
+        "knobs": {"cuda-graph-backend-decode": ["disabled", "full"], "cuda-graph-max-bs-decode": [32, 256],
+                  **TWO_LEVEL},
+        "configs": configs(),
+    }
+
+
+if __name__ == "__main__":
+    Path(sys.argv[3]).parent.mkdir(parents=True, exist_ok=True)
+    Path(sys.argv[3]).write_text(yaml.safe_dump(design(*sys.argv[1:3], *sys.argv[4:5]), sort_keys=False, width=120))

@@ -1,0 +1,147 @@
+"""Racing the finalists (as in F-race): re-run on fresh launches every config that the leader does not beat beyond
+the noise, until the leader's interval separates from the rest or the rerun budget is spent.
+
+- Each config's launches (its search run and its reruns) give its mean objective value and a 95% interval from the
+  launch-to-launch noise, one relative spread for the whole study: pooled over every config with two or more
+  launches, with the profile's prior (`search.finalists.noise`, real GPUs: ~5%, docs/real-gpu.md) counted as
+  `PRIOR_DF` launches' worth, so a config run once has an honest interval (+-2 sd), never a point; never narrower
+  than the launches' own level intervals allow.
+- The leader is the config with the best mean; its contenders are the configs whose interval overlaps the leader's.
+  A round queues the leader's missing reruns (it rests on 1 + `reruns` launches at least, and on as many as any
+  contender), then one rerun of each contender, the highest upper bound first, as far as the budget goes. A rerun
+  that crashes demotes its config.
+- The winner is the best confirmed value (two or more launches, none crashed), never a single reading; the configs
+  whose intervals still overlap the winner's are tied with it and named.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from tunectl.stats import Interval, compare, t95
+
+ROUND = 3               # contenders re-run per round (the highest upper bounds): successive halving, not all at once
+PRIOR_DF = 4            # the prior spread counts as this many launches' worth of evidence
+RULE = ("every config whose 95% interval overlaps the leader's is re-run on fresh launches until the leader "
+        "separates or the rerun budget is spent; the winner is the best mean over two or more launches")
+
+
+@dataclass
+class Entry:
+    """One config in the race: its search trial, the objective value of each fresh launch (the search run first)."""
+
+    trial: int
+    params: dict[str, Any]
+    values: list[float] = field(default_factory=list)
+    halves: list[float] = field(default_factory=list)   # each launch's own 95% half-width, relative
+    runs: list[int] = field(default_factory=list)       # the trials of those launches
+    pending: int = 0                                    # reruns queued or running
+    crashed: FrozenTrial | None = None                  # the first rerun that crashed: the config is demoted
+    interval: Interval = field(default_factory=lambda: Interval(0.0, 0.0, 0.0, 0))
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return fmean(self.values) if self.values else 0.0
+
+    @property
+    def alive(self) -> bool:
+        return self.crashed is None and bool(self.values)
+
+    @property
+    def confirmed(self) -> bool:
+        return self.alive and self.n >= 2
+
+
+@dataclass
+class Standings:
+    entries: list[Entry]                  # alive first, best mean first
+    noise: float                          # the relative launch-to-launch sd the intervals use
+    noise_df: int                         # launches' worth of evidence the study measured it from (prior excluded)
+
+    @property
+    def leader(self) -> Entry | None:
+        return next((e for e in self.entries if e.alive), None)
+
+    def contenders(self, of: Entry | None = None) -> list[Entry]:
+        """Alive configs the given one (default: the leader) does not beat beyond the noise, highest bound first."""
+        top = of or self.leader
+        if top is None:
+            return []
+        out = [e for e in self.entries if e.alive and e is not top and compare(top.interval, e.interval) != "above"]
+        return sorted(out, key=lambda e: -e.interval.high)
+
+    def winner(self) -> Entry | None:
+        """The best confirmed value; None when no config has two launches."""
+        return max((e for e in self.entries if e.confirmed), key=lambda e: e.mean, default=None)
+
+
+def _value(t: FrozenTrial) -> tuple[float, float]:
+    v = float(t.values[0])
+    ci = t.user_attrs.get("objective_ci95")
+    return v, ((ci[1] - ci[0]) / 2 / v if ci and v > 0 else 0.0)
+
+
+def standings(trials: list[FrozenTrial], configs: list[FrozenTrial], prior: float,
+              is_rerun: Any, feasible: Any) -> Standings:
+    """`configs`: the feasible search trials, one per config; `is_rerun(t, n)`: t is a rerun of search trial n."""
+    entries = []
+    for c in configs:
+        e = Entry(c.number, dict(c.params))
+        e.values, e.halves, e.runs = [_value(c)[0]], [_value(c)[1]], [c.number]
+        for r in (r for r in trials if is_rerun(r, c.number)):
+            if r.state in (TrialState.WAITING, TrialState.RUNNING):
+                e.pending += 1
+            elif r.state == TrialState.COMPLETE and feasible(r) and r.values and r.values[0] > 0:
+                v, h = _value(r)
+                e.values.append(v), e.halves.append(h), e.runs.append(r.number)
+            elif r.state in (TrialState.COMPLETE, TrialState.PRUNED) and e.crashed is None:
+                e.crashed = r
+        entries.append(e)
+    noise, df = launch_noise(entries, prior)
+    for e in entries:
+        e.interval = interval(e, noise, df)
+    entries.sort(key=lambda e: (not e.alive, -e.mean))
+    return Standings(entries, noise, df)
+
+
+def launch_noise(entries: list[Entry], prior: float) -> tuple[float, int]:
+    """The relative launch-to-launch sd pooled over the configs with two or more launches (log values), the prior
+    counted as PRIOR_DF launches; and the degrees of freedom measured."""
+    ss, df = 0.0, 0
+    for e in entries:
+        if e.n >= 2 and e.crashed is None and min(e.values) > 0:
+            logs = [math.log(v) for v in e.values]
+            m = fmean(logs)
+            ss += sum((x - m) ** 2 for x in logs)
+            df += e.n - 1
+    return math.sqrt((ss + PRIOR_DF * prior ** 2) / (df + PRIOR_DF)), df
+
+
+def interval(e: Entry, noise: float, df: int) -> Interval:
+    if not e.values:
+        return Interval(0.0, 0.0, 0.0, 0)
+    between = t95(df + PRIOR_DF) * noise / math.sqrt(e.n)
+    within = math.sqrt(sum(h * h for h in e.halves)) / e.n
+    h, m = max(between, within), e.mean
+    return Interval(m, m * (1 - h), m * (1 + h), e.n)
+
+
+def next_round(st: Standings, reruns: int, budget_left: int) -> list[Entry]:
+    """The reruns to queue now (a config listed k times gets k), as far as `budget_left` goes; empty: the race is
+    over (separated, spent, or every contender's rerun is still running elsewhere)."""
+    leader = st.leader
+    if leader is None or budget_left <= 0:
+        return []
+    rivals = st.contenders()
+    want = max(1 + reruns, max((e.n + e.pending for e in rivals), default=0) + (1 if rivals else 0))
+    out = [leader] * max(0, want - leader.n - leader.pending)
+    out += [e for e in rivals if e.pending == 0][:ROUND]
+    return out[:budget_left]

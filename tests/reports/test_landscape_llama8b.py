@@ -1,0 +1,81 @@
+"""The measured landscape docs/real-gpu/landscapes/llama8b-h100/ (docs/real-gpu.md, "Measured landscapes"): its
+design is the full factorial it says, in a balanced order, with flags the profile's SGLang version accepts; every
+config measured so far is one study in tunectl's results layout whose params are the design's, measured at every
+design level by both clients on one launch, or a crash with its server log."""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import yaml
+
+from tunectl.models import TrialResult
+from tunectl.profile import load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+LAND = ROOT / "docs" / "real-gpu" / "landscapes" / "llama8b-h100"
+DESIGN = yaml.safe_load((LAND / "design.yaml").read_text())
+CLIENTS = ("builtin", "bench_serving")
+
+
+def _key(s: dict) -> tuple:
+    return tuple(sorted(s.items()))
+
+
+def measured() -> dict[str, TrialResult]:
+    out = {}
+    for d in sorted((LAND / "results").glob(f"{DESIGN['name']}-c*")):
+        out[d.name] = TrialResult.from_dict(json.loads((d / "trials" / "0" / "trial.json").read_text()))
+    return out
+
+
+def test_design_is_the_full_factorial_in_a_balanced_order():
+    assert set(DESIGN) >= {"name", "model", "gpu", "sglang", "profile", "levels", "requests_per_level", "knobs",
+                           "configs"}
+    cfgs = DESIGN["configs"]
+    assert [c["id"] for c in cfgs] == [f"c{i:02d}" for i in range(24)]
+    assert len({_key(c["set"]) for c in cfgs}) == 24
+    graphs = {(c["set"]["cuda-graph-backend-decode"], c["set"].get("cuda-graph-max-bs-decode")) for c in cfgs}
+    assert graphs == {("disabled", None), ("full", 32), ("full", 256)}
+    two = ("max-running-requests", "chunked-prefill-size", "kv-cache-dtype")
+    cells = {tuple(c["set"][k] for k in two) for c in cfgs}
+    assert cells == set(itertools.product(*(DESIGN["knobs"][k] for k in two)))
+    # the first half alone is balanced: each two-level knob at each value 6 times, each graph setting 4 times
+    half = [c["set"] for c in cfgs[:12]]
+    for k in two:
+        assert sorted(sum(1 for s in half if s[k] == v) for v in DESIGN["knobs"][k]) == [6, 6]
+    assert all(sum(1 for s in half if s["cuda-graph-backend-decode"] == "disabled") == 4 for _ in [0])
+    # every run of three has the three graph settings
+    for i in range(0, 24, 3):
+        trio = {(s["set"]["cuda-graph-backend-decode"], s["set"].get("cuda-graph-max-bs-decode")) for s in cfgs[i:i + 3]}
+        assert len(trio) == 3
+
+
+def test_design_names_files_that_exist_and_a_profile_that_loads():
+    prof = load_profile(ROOT / DESIGN["profile"])
+    assert prof.server.sglang_version == DESIGN["sglang"]
+    assert prof.bench.levels == DESIGN["levels"]
+    assert prof.bench.workloads[0].prompts_per_level == DESIGN["requests_per_level"]
+    model = json.loads((ROOT / DESIGN["model"]["config"]).read_text())
+    assert (model["num_hidden_layers"], model["hidden_size"], model["num_key_value_heads"]) == (32, 4096, 8)
+    assert model["vocab_size"] == prof.bench.workloads[0].vocab_size == 4096
+    for flag in {k for c in DESIGN["configs"] for k in c["set"]}:
+        assert flag in prof.search.space        # the landscape's knobs are the profile's search space
+
+
+def test_every_measured_study_is_its_design_config_on_both_clients_or_a_kept_crash():
+    by_id = {f"{DESIGN['name']}-{c['id']}": c["set"] for c in DESIGN["configs"]}
+    runs = measured()
+    for study, r in runs.items():
+        base = study.rsplit("-r", 1)[0] if study.count("-") > 2 else study
+        assert base in by_id, study
+        assert {k: str(v) for k, v in r.params.items()} == {k: str(v) for k, v in by_id[base].items()}
+        log = (LAND / "results" / study / "trials" / "0" / "server.log").read_text()
+        assert "server_args=" in log or "ServerArgs(" in log
+        if r.status == "ok":
+            got = {(lv.workload, lv.concurrency) for lv in r.levels if lv.status == "ok"}
+            assert got == {(f"random@{c}", lvl) for c in CLIENTS for lvl in DESIGN["levels"]}, study
+            assert all(lv.output_throughput > 0 for lv in r.levels)
+        else:
+            assert r.crash is not None and r.crash.signature and r.crash.exception_line

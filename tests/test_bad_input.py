@@ -1,0 +1,142 @@
+"""A user's bad input and a hostile file system give one line and exit 1 or 2, never a traceback: a study holding
+an `interrupted` trial, --results pointing at a file, a read-only results folder (sweep, search resume, report),
+a 300-character study name, a --set value that is not YAML, a half-truncated study.db. bench/probe_inputs.py
+runs the longer list."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.reports.fixtures import build_search_study, make_trial, write_trial
+from tunectl.cli import app
+from tunectl.store import StudyStore
+from tunectl.study import close_interrupted
+
+LONG = "a" * 300
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def assert_one_line(res, codes=(1, 2)) -> str:
+    assert res.exit_code in codes, (res.exit_code, res.output)
+    assert isinstance(res.exception, SystemExit), repr(res.exception)
+    lines = [ln for ln in res.output.splitlines() if ln.strip() and not ln.startswith("study: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+def test_trials_prints_a_study_holding_an_interrupted_trial(tmp_path: Path) -> None:
+    store = build_search_study(tmp_path)
+    t = make_trial(11, "search", "running", {"max-running-requests": 512, "cuda-graph-bs": "[1,2]"}, 900.0,
+                   None, None)
+    write_trial(store, t)
+    close_interrupted(store, 11)                       # what resume does with a trial a dead worker left running
+    assert store.read_trial(11).status == "interrupted"
+    res = invoke("trials", "--results", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("│ 11 │"))
+    assert "interrupted" in row and "cuda-graph-bs=[1,2]" in row        # a value's brackets print as written
+
+
+def test_results_pointing_at_a_file_is_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "afile"
+    f.write_text("x")
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "2", "--results", str(f)))
+    assert str(f) in line and "not a folder" in line
+    assert_one_line(invoke("sweep", "-c", "1", "--results", str(f), "--study", "s"))
+    assert_one_line(invoke("report", "--results", str(f)))
+    assert f.read_text() == "x"
+
+
+def test_a_300_character_study_name_is_one_line(tmp_path: Path) -> None:
+    for cmd in (["search", "--virtual", "--trials", "2"], ["sweep", "-c", "1"], ["report"], ["trials"]):
+        assert_one_line(invoke(*cmd, "--study", LONG, "--results", str(tmp_path)))
+
+
+@pytest.mark.parametrize("value", ["context-length=[1,", "tp-size=: :", "served-model-name=!!python/object x",
+                                   "json-model-override-args={a"])
+def test_a_set_value_that_is_not_yaml_is_one_line(value: str) -> None:
+    line = assert_one_line(invoke("sweep", "--dry-run", "--set", value), codes=(2,))
+    assert line.startswith(f"error: --set {value.split('=')[0]}: ") and "not a valid value" in line
+
+
+def test_a_quoted_set_value_is_taken_as_a_string() -> None:
+    res = invoke("sweep", "--dry-run", "--set", 'served-model-name="!!x"')
+    assert res.exit_code == 0 and "--served-model-name '!!x'" in res.stdout
+
+
+def test_a_half_truncated_study_db_is_one_line_and_nothing_changes(tmp_path: Path) -> None:
+    res = invoke("search", "--virtual", "--trials", "2", "--study", "s", "--results", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    db = tmp_path / "s" / "study.db"
+    db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+    before = {p: p.read_bytes() for p in (tmp_path / "s" / "trials").rglob("*.json")}
+    for virtual in (["--virtual"], []):
+        line = assert_one_line(invoke("search", *virtual, "--trials", "3", "--study", "s", "--results",
+                                      str(tmp_path)), codes=(1,))
+        assert str(db) in line and "database" in line
+    assert {p: p.read_bytes() for p in (tmp_path / "s" / "trials").rglob("*.json")} == before
+
+
+def _unprivileged() -> list[str] | None:
+    """A prefix that runs a command without root's power to write into read-only folders, or None."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+
+
+def test_a_read_only_results_folder_is_one_line(tmp_path: Path) -> None:
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("root without setpriv: a read-only folder is writable")
+    res = invoke("search", "--virtual", "--trials", "2", "--study", "s", "--results", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    for p in [tmp_path, *tmp_path.rglob("*")]:
+        if p.is_dir():
+            p.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
+    try:
+        for cmd in (["search", "--virtual", "--trials", "3", "--study", "s"], ["report", "--study", "s"],
+                    ["sweep", "-c", "1", "--study", "sw"]):
+            proc = subprocess.run([*prefix, sys.executable, "-m", "tunectl", *cmd, "--results", str(tmp_path)],
+                                  capture_output=True, text=True, timeout=120, check=False)
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("study: ")]
+            assert proc.returncode == 1 and "Traceback" not in proc.stderr, (cmd, proc.stderr)
+            assert len(lines) == 1 and "permission denied" in lines[0], (cmd, proc.stderr)
+    finally:
+        for p in [tmp_path, *tmp_path.rglob("*")]:
+            if p.is_dir():
+                p.chmod(stat.S_IRWXU)
+
+
+def test_an_unknown_sim_card_is_a_profile_mistake_not_a_crash(tmp_path: Path) -> None:
+    """It was recorded as the config's startup crash (exit 0); it is the profile's mistake, found on loading."""
+    import yaml
+
+    from tunectl.profile import default_profile_path
+
+    data = yaml.safe_load(default_profile_path().read_text())
+    data["server"]["sim"]["card"] = "no-such-card"
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    line = assert_one_line(invoke("sweep", "-c", "1", "-p", str(p), "--results", str(tmp_path / "r")), codes=(2,))
+    assert "server.sim.card: 'no-such-card': no such sim card; known cards: " in line
+    assert "glm5-nvfp4-8x-rtx-pro-6000" in line and not (tmp_path / "r").exists()
+
+
+def test_an_empty_study_name_is_refused_not_the_default(tmp_path: Path) -> None:
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "2", "--study", "", "--results",
+                                  str(tmp_path)), codes=(2,))
+    assert line.startswith("error: --study: '': ") and not any(tmp_path.iterdir())
