@@ -41,6 +41,14 @@ def true_value(path: str, params: dict[str, Any]) -> float:
 
 
 def one_run(job: tuple[str, int, int, float, int | None]) -> dict[str, Any]:
+    """One seed; an exception comes back as a row (a pool worker's unpicklable exception would hang the pool)."""
+    try:
+        return _one_run(job)
+    except Exception as e:  # noqa: BLE001
+        return {"within": False, "claimed": None, "error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def _one_run(job: tuple[str, int, int, float, int | None]) -> dict[str, Any]:
     path, seed, trials, target, budget = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     prof = load_profile(path)
@@ -78,6 +86,7 @@ def card_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in runs if r.get("claimed")]
     gains = [r for r in ok if r.get("gain") and r.get("true_gain")]
     curse = [r["gain"] / r["true_gain"] - 1 for r in gains]
+    runs = [r for r in runs if "error" not in r]
     return {"seeds": len(runs), "within": sum(r["within"] for r in runs) / max(1, len(runs)),
             "served": sum(r.get("served", False) for r in runs) / max(1, len(runs)),
             "gain_inside": sum(r["gain_low"] <= r["true_gain"] <= r["gain_high"] for r in gains) / max(1, len(gains)),
@@ -98,6 +107,9 @@ def main(args: argparse.Namespace, pool: Any) -> None:
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     jobs = [(p, s, args.trials, goal[p], args.budget_reruns) for p in paths for s in seeds]
     runs = pool.map(one_run, jobs, chunksize=1)
+    for j, r in zip(jobs, runs):
+        if "error" in r:
+            print(f"{Path(j[0]).name} seed {j[1]}: not counted: {r['error']}")
     print(f"\n{'card':34} {'seeds':>5} {'within 2%':>9} {'ran one':>7} {'true/best':>9} {'worst':>6} {'gain in CI':>10} "
           f"{'curse mean':>10} {'curse max':>9} {'ties':>5} {'launches':>8} {'reruns':>6}")
     ok_all = True

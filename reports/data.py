@@ -167,6 +167,8 @@ def unit(prof: Profile | None) -> str:
         return "output tok/s"
     if prof.objective.mode == "goodput":
         return "req/s capacity" if prof.objective.capacity.by == "rate" else "concurrency capacity"
+    if prof.objective.mode in ("tokens_per_joule", "tokens_per_dollar"):
+        return "output " + prof.objective.mode.replace("_per_", "/")
     return {"output_throughput": "output tok/s", "total_throughput": "total tok/s",
             "request_throughput": "req/s"}[prof.objective.metric] + (" (weighted)" if prof.objective.weights else "")
 
@@ -295,6 +297,7 @@ def summary(data: StudyData) -> dict[str, Any]:
         "concurrency": peak.concurrency if peak else None,
         "max_stable_concurrency": best.max_stable_concurrency,
         "latencies": {k: peak.metrics.get(k) for k in LATENCY_KEYS} if peak else {},
+        "spec_accept_length": peak.metrics.get("spec_accept_length") if peak else None,
         "command": redact.text(again["command"]), "argv": again["argv"], "env": again["env"],
         "patches": again["patches"], "host": best.host, "sglang_version": best.sglang_version,
         "patch_hashes": dict(best.patch_hashes), "confirmed": number}
@@ -374,3 +377,26 @@ def pareto(trials: list[TrialResult]) -> dict[str, Any]:
             front.append(p)
             best_tp = p["output_throughput"]
     return {"points": pts, "front": front}
+
+
+# the per-token costs the report plots throughput against (tunectl/energy.py): lower is better
+PER_TOKEN_AXES = {"joules_per_output_token": "joules per output token",
+                  "usd_per_million_output_tokens": "USD per million output tokens"}
+
+
+def pareto_per_token(trials: list[TrialResult]) -> dict[str, dict[str, Any]]:
+    """For each per-token cost the levels carry: the stable (trial, level) points and the front where no other
+    point has both more throughput and a lower cost per token (energy, or dollars at the profile's price)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in PER_TOKEN_AXES:
+        pts = [{"trial": t.trial, "concurrency": lv.concurrency, "output_throughput": lv.output_throughput,
+                key: float(lv.metrics[key]), "label": _label(t)}
+               for t in trials for lv in t.stable_levels if lv.metrics.get(key) is not None]
+        front, best_tp = [], -1.0
+        for p in sorted(pts, key=lambda p: (p[key], -p["output_throughput"])):
+            if p["output_throughput"] > best_tp:
+                front.append(p)
+                best_tp = p["output_throughput"]
+        if pts:
+            out[key] = {"points": pts, "front": front, "axis": PER_TOKEN_AXES[key]}
+    return out

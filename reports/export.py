@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 from tunectl.reports.data import StudyData, peak_level
 
+from tunectl.energy import level_energy
 from tunectl.store import level_metrics
 
 FORMATS = ("csv", "parquet")
@@ -25,7 +26,7 @@ def frames(data: StudyData) -> dict[str, pd.DataFrame]:
                       "max_stable_concurrency": t.max_stable_concurrency,
                       "crash_class": t.crash.cls if t.crash else None, "crashed_level": t.crashed_level,
                       "ready_s": t.ready_s, "wall_s": t.wall_s, "host": t.host,
-                      "sglang_version": t.sglang_version,
+                      "sglang_version": t.sglang_version, **level_energy(peak),   # at the peak level
                       **{f"param.{k}": v for k, v in t.params.items()}})
         for lv in t.levels:
             lrows.append({**level_metrics(lv), "study": data.name, "trial": t.trial, "workload": lv.workload,

@@ -184,3 +184,18 @@ def pareto_figure(p: dict[str, Any]) -> go.Figure:
                       yaxis_title="output tok/s", **LAYOUT)
     fig.update_xaxes(type="log")
     return fig
+
+
+def per_token_figure(key: str, p: dict[str, Any]) -> go.Figure:
+    """Throughput against a cost per token (joules, or dollars): the operating points and their front."""
+    pts, front = p["points"], p["front"]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[q[key] for q in pts], y=[q["output_throughput"] for q in pts],
+                             mode="markers", name="trial x level", marker={"color": "#adb5bd", "size": 7},
+                             hovertext=[f"{q['label']} c={q['concurrency']}" for q in pts]))
+    fig.add_trace(go.Scatter(x=[q[key] for q in front], y=[q["output_throughput"] for q in front],
+                             mode="lines+markers", name="Pareto front", line={"shape": "hv", "color": "#2a9d8f"},
+                             hovertext=[f"{q['label']} c={q['concurrency']}" for q in front]))
+    fig.update_layout(title=f"Pareto front: throughput vs {p['axis']}", xaxis_title=p["axis"],
+                      yaxis_title="output tok/s", **LAYOUT)
+    return fig

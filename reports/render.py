@@ -18,12 +18,13 @@ from tunectl.reports.data import (
     headline,
     history,
     pareto,
+    pareto_per_token,
     study_profile,
     summary,
     throughput_curves,
 )
 from tunectl.reports.importance import importance
-from tunectl.reports.tables import crash_map, finalists, trial_rows, warm_lines, workload_columns
+from tunectl.reports.tables import PER_TOKEN_COLUMNS, crash_map, finalists, trial_rows, warm_lines, workload_columns
 
 
 def flag_diff(data: StudyData) -> list[dict[str, Any]]:
@@ -65,6 +66,7 @@ def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
             "importance": importance(data.trials, study_profile(data),
                                      ((best_info(data).get("race") or {}).get("noise"))),
             "crash_map": crash_map(data.trials), "pareto": pareto(data.trials),
+            "pareto_per_token": pareto_per_token(data.trials),
             "finalists": finalists(data.trials, picks),
             "flag_diff": flag_diff(data), "trials": trial_rows(data, log_prefix)}
 
@@ -91,6 +93,8 @@ def _summary_html(s: dict[str, Any]) -> str:
     if b is None:
         return "".join(parts) + "<p>No stable configuration yet.</p>"
     lat = ", ".join(f"{k} {_e(v)}" for k, v in b["latencies"].items() if v is not None)
+    if b.get("spec_accept_length") is not None:        # speculative decoding: the server's acceptance length
+        lat += f"; speculative accept length {_e(b['spec_accept_length'])}"
     ref = s.get("reference")
     ref_txt = (f"<li>reference: {_e(ref.get('label'))}: {_e(float(ref['output_throughput']))} tok/s</li>"
                if ref and ref.get("output_throughput") else "")
@@ -126,6 +130,8 @@ def _figures(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
         out.append(("crashmap", "Crash map", figures.crash_map_figure(r["crash_map"])))
     if r["pareto"]["points"]:
         out.append(("pareto", "Pareto front", figures.pareto_figure(r["pareto"])))
+    for key, p in r.get("pareto_per_token", {}).items():      # energy and cost (docs/energy.md)
+        out.append((f"pareto-{key}", f"Throughput vs {p['axis']}", figures.per_token_figure(key, p)))
     return out
 
 
@@ -162,7 +168,10 @@ def _tables_html(r: dict[str, Any]) -> str:
           "winner's one number on each of its runs).</p>"
         + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput", "confirmed",
                         *(["capacity"] if any(t["capacity"] for t in rows) else []),
-                        *(f"tok/s {w}" for w in labels), "peak_concurrency", "max_stable_concurrency", "crash_class",
+                        *(f"tok/s {w}" for w in labels), "peak_concurrency",
+                        *(["accept_len"] if any(t.get("accept_len") is not None for t in rows) else []),
+                        *(k for k in PER_TOKEN_COLUMNS if any(t.get(k) is not None for t in rows)),
+                        "max_stable_concurrency", "crash_class",
                         "crashed_at", "exception_line", "log"],
                  "trials")
         + "</section>")

@@ -15,6 +15,7 @@ from tunectl.reports.data import (
     winner_number,
 )
 
+from tunectl.energy import level_energy
 from tunectl.models import TrialResult
 from tunectl.stats import pooled, spread
 
@@ -128,6 +129,11 @@ def confirmed_values(data: StudyData) -> dict[str, float]:
     return out
 
 
+# a trial's energy and cost at its peak level (tunectl/energy.py): row key -> level metric
+PER_TOKEN_COLUMNS = {"w_per_gpu": "gpu_power_w", "j_per_token": "joules_per_output_token",
+                     "usd_per_mtok": "usd_per_million_output_tokens"}
+
+
 def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
     """One row per trial: status, key flags, throughput (this launch's), the config's confirmed value where the
     finalists' race re-ran it (the mean over its launches: the winner's one number on each of its runs), max stable
@@ -146,6 +152,8 @@ def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
             "per_workload": per_workload(t),
             "peak_concurrency": peak.concurrency if peak else None,
             "p99_ttft_ms": peak.metrics.get("p99_ttft_ms") if peak else None,
+            "accept_len": peak.metrics.get("spec_accept_length") if peak else None,     # speculative decoding
+            **{k: level_energy(peak).get(m) for k, m in PER_TOKEN_COLUMNS.items()},   # energy and cost at the peak
             "max_stable_concurrency": t.max_stable_concurrency,
             "crash_class": t.crash.cls if t.crash else None,
             "crash_signature": t.crash.signature if t.crash else None,

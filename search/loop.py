@@ -240,8 +240,9 @@ class SearchLoop:
         planned = [(w.label, c) for w in self.prof.bench.workloads for c in self.prof.bench.levels]
         cfg, weights = self.prof.search.pruning, self.prof.objective.weights
         only = None
-        if role != "search" or self.prof.objective.mode == "goodput" or self.prof.bench.rates or len(weights) > 1:
-            # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder; a
+        if role != "search" or self.prof.objective.mode != "throughput" or self.prof.bench.rates or len(weights) > 1:
+            # baseline/finalists run the whole ladder; a capacity search or rate levels have no common ladder (nor
+            # per-token modes a throughput one to compare); a
             # weighted sum over workloads is not known level by level
             cfg = cfg.model_copy(update={"enabled": False})
         elif weights:

@@ -57,6 +57,9 @@ def build_parser(version: str = SGLANG_VERSION) -> argparse.ArgumentParser:
     sim.add_argument("--sim-seed", type=int, default=0, help="seed of the load-dependent crash draws and the noise")
     sim.add_argument("--sim-noise", type=float, default=1.0,
                      help="the card's launch-to-launch and drift noise x this (0: the noise-free model)")
+    sim.add_argument("--sim-workload", default="random",
+                     help="the workload kind the speculative draft's acceptance is read for (the card's "
+                          "speculative accept table; tunectl passes its profile's first workload)")
     sim.add_argument("--sim-sglang-version", default=SGLANG_VERSION, choices=VERSIONS,
                      help="the SGLang version whose flags, config parser and log lines the stand-in plays")
     return parser

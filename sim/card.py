@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tunectl.errors import ProfileError
 from tunectl.yamlmodel import Strict, load_model
@@ -136,6 +136,62 @@ class Landscape(Strict):
     seeds_best: dict[str, float] | None = None
 
 
+class Power(Strict):
+    """Board power per GPU (sim/power.py). A step draws idle + (max - idle) x its load: a decode step's load grows
+    with its batch (memory-bound small batches leave the tensor cores waiting: bs / (bs + decode_half_bs)), a
+    prefill step's is `prefill_load`; an idle GPU draws `idle_w`."""
+
+    idle_w: float = Field(gt=0, description="watts per GPU with nothing running (weights and KV pool resident)")
+    max_w: float = Field(gt=0, description="watts per GPU at full load (the board's power limit, TDP)")
+    decode_half_bs: float = Field(32.0, gt=0, description="decode batch at which a step draws half the dynamic power")
+    prefill_load: float = Field(0.9, gt=0, le=1, description="share of the dynamic power a prefill step draws")
+    kernel_mult: dict[str, float] = Field(default_factory=dict, description="dynamic power of an attention backend's "
+                                          "or MoE runner's kernels relative to the card's default (1.0)")
+    source: str = Field("", description="where the numbers come from")
+
+    @model_validator(mode="after")
+    def _check(self) -> Power:
+        if self.max_w <= self.idle_w:
+            raise ValueError(f"max_w ({self.max_w:g}) must be above idle_w ({self.idle_w:g})")
+        return self
+
+
+class SpecDraft(Strict):
+    """One draft (a draft model, the target itself, or NGRAM's lookup): what a draft step costs, how often the
+    target accepts its tokens (per workload kind; `default` for the others)."""
+
+    step_ms: float = Field(ge=0, description="one draft forward (or NGRAM lookup), fixed part")
+    per_req_ms: float = Field(0.0, ge=0, description="plus this per running request x topk branch")
+    launch_ms: float = Field(0.0, ge=0, description="eager launch overhead per draft step that CUDA graphs remove")
+    accept: dict[str, float] = Field(description="workload kind -> chance the target accepts a drafted token; "
+                                     "`default` for kinds not named")
+    weights_gb: float = Field(0.0, ge=0, description="draft weights per GPU in GB")
+    algorithms: list[str] = Field(default_factory=list, description="the algorithms the draft was trained for "
+                                  "(empty: any); under another its tokens are rejected (acceptance 0)")
+    max_bfs_breadth: int = Field(1, ge=1, description="NGRAM: --speculative-ngram-max-bfs-breadth default (topk)")
+    max_match_window_size: int = Field(12, ge=1, description="NGRAM: draft tokens when not given")
+
+    def accept_on(self, workload: str | None, algorithm: str | None = None) -> float:
+        if self.algorithms and algorithm is not None and algorithm not in self.algorithms:
+            return 0.0
+        return self.accept.get(workload or "default", self.accept.get("default", 0.0))
+
+
+class Speculative(Strict):
+    """Speculative decoding (sim/spec.py): the drafts the card knows, by --speculative-draft-model-path."""
+
+    drafts: dict[str, SpecDraft] = Field(default_factory=dict, description="draft model path -> its draft")
+    self_draft: SpecDraft = Field(description="EAGLE without a draft path: 0.5.9 drafts with the target's weights")
+    ngram: SpecDraft = Field(description="NGRAM's lookup (no draft model)")
+    auto_params: tuple[int, int, int] = Field((3, 1, 4), description="(steps, topk, draft tokens) 0.5.9 picks "
+                                              "for this architecture when none is given")
+    verify_per_token_mult: float = Field(1.0, gt=0, description="a verified token's compute against a decoded one")
+    round_ms_per_token: float = Field(0.0, ge=0, description="per request x draft token and round: the tree mask, "
+                                      "the acceptance sampling and the KV slots of the drafted tokens")
+    graph_mem_per_draft_token: float = Field(1.0, ge=0, description="CUDA graph capture memory grows by this x "
+                                             "(draft tokens - 1) x the plain capture's per-bs memory")
+
+
 class Card(Strict):
     name: str = ""
     model: str = Field(description="the model path /model_info reports")
@@ -155,6 +211,8 @@ class Card(Strict):
     admission: Admission = Field(default_factory=Admission)
     noise: Noise = Field(default_factory=Noise)
     landscape: Landscape | None = None
+    speculative: Speculative | None = None
+    power: Power | None = None
 
 
 def known_cards() -> list[str]:

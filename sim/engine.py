@@ -29,7 +29,9 @@ from typing import Callable
 
 from tunectl.sim.setup import Setup
 from tunectl.sim.logs import Log
+from tunectl.sim.spec import accept_part
 from tunectl.sim.metrics import Metrics
+from tunectl.sim.power import Meter
 from tunectl.sim.sched import Req, RuntimeCrash, Scheduler, Step
 
 DECODE_LOG_INTERVAL = 40
@@ -62,10 +64,17 @@ class Engine:
         self.decode_steps = 0
         self.last_gen_throughput = 0.0
         self.metrics = Metrics()
+        self.metrics.spec_accept_length = setup.spec.accept_len() if setup.spec is not None else 0.0
+        self.power = Meter(setup.card)    # what the GPUs draw (sim/power.py), read by tunectl.sim.smi
         self._tok_since_log, self._vt_last_log = 0, 0.0
 
     def modeled_now(self) -> float:
         return self.vnow
+
+    def clock_now(self) -> float:
+        """Modeled now: with requests in flight the clock of the last step (waits for a client are not modeled
+        time); idle, scaled wall time since the last step."""
+        return self.vnow if self.queues else max(self.vnow, (time.monotonic() - self._anchor) / self.scale)
 
     def submit(self, req: Req, clock: tuple[int, str, int] | None = None) -> asyncio.Queue[Update]:
         q: asyncio.Queue[Update] = asyncio.Queue()
@@ -116,6 +125,7 @@ class Engine:
                 self.on_crash(step.crash)
                 return
             self._deliver(step)
+            self.power.step(self.setup, self.vnow, step.kind, step.bs, step.ms)
             self._log_step(step)
 
     async def _pace(self) -> None:
@@ -232,5 +242,5 @@ class Engine:
         self.last_gen_throughput = self.metrics.gen_throughput = self._tok_since_log / dt
         self._tok_since_log, self._vt_last_log = 0, self.vnow
         self.log(f"Decode batch, #running-req: {step.bs}, #token: {s.kv_used}, token usage: {usage:.2f}, "
-                 f"cuda graph: {step.graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+                 f"{accept_part(self.setup)}cuda graph: {step.graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
                  f"#queue-req: {len(s.waiting)}", rank=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from typing import Any
 
 from aiohttp import web
 
 from tunectl.sim.engine import Engine
+from tunectl.sim.gpus import visible
 from tunectl.sim.sched import Req, block_keys
 
 _rid = itertools.count(1)
@@ -37,6 +39,7 @@ class Api:
         r.add_post("/generate", self.generate)
         r.add_post("/v1/completions", self.completions)
         r.add_route("*", "/flush_cache", self.flush_cache)
+        r.add_get("/sim_gpus", self.gpus)
         if getattr(self.st.ns, "enable_metrics", False):
             r.add_get("/metrics", self.metrics)
         return app
@@ -45,6 +48,16 @@ class Api:
         eng: Engine | None = self.st.engine
         text = eng.metrics.render(self.st.served_name) if eng is not None else ""
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def gpus(self, _: web.Request) -> web.Response:
+        """The stand-in's own route (no SGLang one): its GPUs' power and utilization, for `tunectl.sim.smi`."""
+        eng: Engine | None = self.st.engine
+        draw = eng.power.draw(eng.clock_now()) if eng is not None else None
+        card = self.st.setup.card
+        ids = (visible(dict(os.environ)) or list(range(card.gpu.count)))[:card.gpu.count]
+        rows = [{"index": i, "name": card.gpu.name, "power.draw": draw[0] if draw else None,
+                 "utilization.gpu": draw[1] if draw else None} for i in ids]
+        return web.json_response(rows)
 
     @web.middleware
     async def _access_log(self, request: web.Request, handler: Any) -> web.StreamResponse:

@@ -20,10 +20,11 @@ from tunectl.sim import gpus as sim_gpus
 from tunectl.sim.card import load_card
 from tunectl.sim.engine import Engine
 from tunectl.sim.http import Api
-from tunectl.sim.logs import Log, runtime_crash
+from tunectl.sim.logs import SITE, Log, runtime_crash
 from tunectl.sim.phases import run_startup
 from tunectl.sim.sched import Req, RuntimeCrash
 from tunectl.sim.setup import resolve
+from tunectl.sim.spec import refusal_text, spec_accept
 
 CHILD = ("import ctypes, os, signal, sys\n"
          "libc = ctypes.CDLL(None)\n"
@@ -45,6 +46,8 @@ class State:
         self.card = load_card(ns.sim_card)
         self.patches = [p for p in os.environ.get("TUNECTL_SIM_PATCHES", "").split(",") if p]
         self.setup = resolve(self.card, sim_args.model_config(ns), dict(os.environ), self.patches)
+        if self.setup.spec is not None:           # the draft's acceptance on the workload served (sim/spec.py)
+            self.setup.spec.use_workload(ns.sim_workload)
         self.engine: Engine | None = None
         self.ready = self.shutting_down = False
         self.started = time.time()
@@ -72,7 +75,7 @@ class State:
             "sim_seed": self.ns.sim_seed,
             "sim_patches": self.patches, "max_total_num_tokens": self.setup.kv_tokens,
             "internal_states": [{"last_gen_throughput": eng.last_gen_throughput if eng else 0.0,
-                                 "avg_spec_accept_length": None, "#running-req": len(eng.sched.running) if eng else 0,
+                                 "avg_spec_accept_length": spec_accept(self.setup), "#running-req": len(eng.sched.running) if eng else 0,
                                  "#queue-req": len(eng.sched.waiting) if eng else 0}]})
         return info
 
@@ -200,6 +203,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{ENTRYPOINT_FILE}:56: UserWarning: {ENTRYPOINT_WARNING}\n  Example: sglang serve --model-path "
               "<model> [options]\n  warnings.warn(", file=sys.stderr, flush=True)
     st = State(ns, argv)
+    if st.setup.refused is not None:           # SGLang's ServerArgs refuses the speculative flags (sim/spec.py)
+        print(refusal_text(st.setup.refused, SITE), file=sys.stderr, flush=True)
+        sys.exit(1)
     signal.signal(signal.SIGTERM, lambda *_: (st.log("SIGTERM received. signum=15 frame=None. Draining requests "
                                                      "and shutting down..."), st.kill_tree()))
     asyncio.run(serve(st))

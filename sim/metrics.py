@@ -23,6 +23,7 @@ class Metrics:
     gen_throughput: float = 0.0
     running: int = 0
     queued: int = 0
+    spec_accept_length: float = 0.0        # 0 without speculative decoding, as SGLang's gauge reads then
     ttft_counts: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS))
     ttft_sum: float = 0.0
     ttft_n: int = 0
@@ -52,6 +53,8 @@ class Metrics:
         one("gen_throughput", "gauge", "The generation throughput (token/s).", self.gen_throughput)
         one("num_running_reqs", "gauge", "The number of running requests.", self.running)
         one("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", self.queued)
+        one("spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
+            self.spec_accept_length)
         name = "sglang:time_to_first_token_seconds"
         out += [f"# HELP {name} Histogram of time to first token in seconds.", f"# TYPE {name} histogram",
                 f"{name}_sum{{{lab}}} {self.ttft_sum}"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunectl.sim.card import Card, load_card
+from tunectl.sim.power import Meter
 from tunectl.sim.sched import BLOCK, Req, RuntimeCrash, Scheduler, block_keys
 from tunectl.sim.setup import Setup, StartupCrash, resolve
 
@@ -29,6 +30,8 @@ class LevelOutcome:
     # decode batches as the server logs them (sim/transcript.py): the level's largest, then the one with the
     # fullest KV pool; each (running requests, ran as a CUDA graph, queued requests, KV tokens in use, pool share)
     decode: list[tuple[int, bool, int, int, float]] = field(default_factory=list)
+    spec_accept_length: float | None = None   # speculative decoding: tokens per round (None: off)
+    gpu_power_w: float | None = None          # mean board power per GPU over the level (sim/power.py; None: no card power)
 
 
 @dataclass
@@ -81,6 +84,8 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
     out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash, setup=setup)
     if setup.crash is not None:
         return out
+    if setup.spec is not None:
+        setup.spec.use_workload(workload_kind)      # the draft's acceptance on this workload (card `speculative:`)
     sched, rid, rng, convs = Scheduler(setup, seed, noise), itertools.count(), random.Random(seed), itertools.count()
 
     def length(n: int) -> int:
@@ -96,6 +101,7 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
         else:
             reqs = _synthetic(n, turns, shared, lengths, rid, convs)
         level, crash = _run_level(sched, setup, c, reqs)
+        level.spec_accept_length = setup.spec.accept_len() if setup.spec is not None else None
         out.levels.append(level)
         if crash is not None:
             out.crash, out.crash_level = crash, c
@@ -141,6 +147,7 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
         send(todo.pop())
     total = sum(len(x) for x in convs)
     done: list[Req] = []
+    meter = Meter(setup.card)
     peak: tuple[int, bool, int, int, float] | None = None
     full: tuple[int, bool, int, int, float] | None = None
     while len(done) < total:
@@ -150,6 +157,7 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
         if step.kind == "hang":
             return LevelOutcome(c, None), RuntimeCrash("watchdog_timeout", _watchdog_text(setup))
         now += step.ms / 1000.0
+        meter.step(setup, now, step.kind, step.bs, step.ms)
         if step.crash is not None:
             return LevelOutcome(c, None, len(done), now - start), step.crash
         if step.kind == "decode":
@@ -172,7 +180,7 @@ def _run_level(sched: Scheduler, setup: Setup, c: int,
     tput = sum(r.output_len for r in done) / dur
     decode = [x for x in (peak, full) if x is not None]
     return LevelOutcome(c, tput, len(done), dur, 1000 * sum(ttfts) / max(1, len(ttfts)), 1000 * p99,
-                        decode[:1] if full == peak else decode), None
+                        decode[:1] if full == peak else decode, gpu_power_w=meter.average(start, 0.0, now)), None
 
 
 def _watchdog_text(setup: Setup) -> str:

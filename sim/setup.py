@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunectl.sim.card import Card
+from tunectl.sim.spec import Spec, max_running, resolve_spec
 
 PATCH_AUTOTUNE = "0001-flashinfer-cutlass-autotune"
 DEFAULTS: dict[str, Any] = {  # SGLang 0.5.9 defaults for the flags the model reads
@@ -75,6 +76,9 @@ class Setup:
     crash: StartupCrash | None = None
     phases: list[tuple[str, float]] = field(default_factory=list)   # (phase, modeled seconds)
     jit_s: float = 0.0             # modeled seconds of kernel compiles at the start of graph capture (or warmup)
+    attention: str | None = None   # the attention backend in effect (sim/power.py: its kernels' power)
+    spec: Spec | None = None       # speculative decoding in effect (sim/spec.py)
+    refused: tuple[int, str, str] | None = None   # SGLang refused the speculative flags (sim/spec.py)
 
     @property
     def jit_phase(self) -> str:
@@ -82,11 +86,25 @@ class Setup:
 
     def decode_ms(self, bs: int, kv_tokens: int = 0) -> float:
         d = self.card.decode
+        if self.spec is not None:
+            return self.spec_ms(bs, kv_tokens)
         experts = d.expert_ms * (1.0 - math.exp(-bs / d.expert_bs))        # saturates once every expert is hit
         t = d.base_ms + experts + d.per_req_ms * d.kv_mult.get(self.kv_dtype, 1.0) * bs
         t += d.per_kv_ktoken_ms * kv_tokens / 1000.0                         # attention over the running KV
         t += 0.0 if self.graph_used(bs) else d.launch_ms                     # graphs remove the launch overhead
         return t * self.step_mult * (d.radix_mult if self.radix else 1.0)
+
+    def spec_ms(self, bs: int, kv_tokens: int) -> float:
+        """One token's share of a speculative round: (draft + verify of bs x draft tokens) / accept length."""
+        d, sp = self.card.decode, self.spec
+        assert sp is not None and self.card.speculative is not None
+        experts = d.expert_ms * (1.0 - math.exp(-bs / d.expert_bs))
+        tokens = bs * sp.draft_tokens * self.card.speculative.verify_per_token_mult
+        t = d.base_ms + experts + d.per_req_ms * d.kv_mult.get(self.kv_dtype, 1.0) * tokens
+        t += d.per_kv_ktoken_ms * kv_tokens / 1000.0 + (0.0 if self.graph_used(bs) else d.launch_ms)
+        t *= self.step_mult * (d.radix_mult if self.radix else 1.0)
+        rounds = self.card.speculative.round_ms_per_token * bs * sp.draft_tokens
+        return (t + sp.draft_ms(bs, self.graph_used(bs)) + rounds) / sp.accept_len()
 
     def prefill_ms(self, tokens: int) -> float:
         p = self.card.prefill
@@ -170,9 +188,18 @@ def resolve(card: Card, config: dict[str, Any], env: dict[str, str] | None = Non
         watchdog_s=float(c["watchdog_timeout"]))
     s.pt1_prone = (pt1 is not None and kv_dtype == pt1.kv_dtype and s.chunked_prefix_cache
                    and not _patch_ids([pt1.fixed_by_patch]) & pids and _metadata_lacks_field(c))
-    s.jit_s = _jit_s(card, moe)
+    s.jit_s, s.attention = _jit_s(card, moe), attn
+    s.spec, s.refused = resolve_spec(card, _given(config), c, env)
+    s.max_running = max_running(_given(config), s.spec, s.max_running)
+    if s.refused is not None:              # ServerArgs refuses it before anything starts (sim/spec.py)
+        s.crash = StartupCrash("server_args", "speculative_refused", s.refused[2])
+        return s
     _plan_startup(s, card, attn)
     return s
+
+
+def _given(config: dict[str, Any]) -> dict[str, Any]:
+    return {k.lstrip("-").replace("-", "_"): v for k, v in config.items() if v is not None}
 
 
 def _jit_s(card: Card, moe: str | None) -> float:
@@ -215,7 +242,7 @@ def _plan_startup(s: Setup, card: Card, attn: str | None) -> None:
         s.crash = StartupCrash("load_weights", "unsupported_backend", unsupported)
         return
     s.phases.append(("load_weights", t.load_weights))
-    kv_gb = s.mfs * gpu_gb - m.weights_gb
+    kv_gb = s.mfs * gpu_gb - m.weights_gb - (s.spec.draft.weights_gb if s.spec is not None else 0.0)
     if kv_gb <= 0:
         s.crash = StartupCrash("memory_pool", "not_enough_memory", "RuntimeError: Not enough memory. "
                                "Please try to increase --mem-fraction-static.")
@@ -232,13 +259,19 @@ def _plan_startup(s: Setup, card: Card, attn: str | None) -> None:
             return
         s.phases.append(("autotune", t.autotune))
     if s.graphs:
-        need = act + m.graph_fixed_gb + m.graph_per_bs_gb * s.graph_max_bs
+        need = act + m.graph_fixed_gb + m.graph_per_bs_gb * s.graph_max_bs * _graph_share(s)
         if free < need:
             s.crash = _oom(card, "cuda_graph", "cuda_graph_capture_failed", need - free, free - act)
             s.crash.exception = "Exception: Capture cuda graph failed: " + s.crash.exception.split(": ", 1)[1]
             return
         s.phases.append(("cuda_graph", t.graph_per_bs * len(s.graph_bs)))
     s.phases.append(("warmup", t.warmup))
+
+
+def _graph_share(s: Setup) -> float:
+    """Capture memory against a plain decode graph's: speculative graphs hold bs x draft tokens."""
+    sc = s.card.speculative
+    return 1.0 if s.spec is None or sc is None else 1.0 + sc.graph_mem_per_draft_token * (s.spec.draft_tokens - 1)
 
 
 def _oom(card: Card, phase: str, sig: str, short_gb: float, free_gb: float) -> StartupCrash:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import io
 
-from tunectl.sim.logs import RETRACT, Log, runtime_crash
+from tunectl.sim.logs import RETRACT, SITE, Log, runtime_crash
 from tunectl.sim.model import VirtualLadder
 from tunectl.sim.phases import ready_line, startup_script
 from tunectl.sim.setup import Setup
+from tunectl.sim.spec import accept_part, refusal_text
 
 PID = 4242
 # decode lines per level (its largest batch, its fullest KV pool), as the live stand-in (sim/engine.py) and SGLang
@@ -26,6 +27,9 @@ def transcript(setup: Setup, ladder: VirtualLadder) -> str:
     for _, begin, _, end in startup_script(setup):
         for line in (*begin, *end):
             log(line, rank=True)
+    if setup.refused is not None:             # refused before the first log line: a bare traceback, exit 1
+        log.raw(refusal_text(setup.refused, SITE))
+        return out.getvalue()
     if setup.crash is not None:
         log.exception("startup", setup.crash.exception, setup.crash.phase)  # noqa: PLE1205 (sim Log)
         log.death("startup", PID)
@@ -34,8 +38,9 @@ def transcript(setup: Setup, ladder: VirtualLadder) -> str:
     log("The server is fired up and ready to roll!")
     for lv in ladder.levels:
         for bs, graph, queue, tokens, usage in (lv.decode if lv.output_throughput is not None else ()):
-            log(DECODE_LINE.format(bs=bs, graph=graph, tput=lv.output_throughput, queue=queue, tokens=tokens,
-                                   usage=usage), rank=True)
+            line = DECODE_LINE.format(bs=bs, graph=graph, tput=lv.output_throughput, queue=queue, tokens=tokens,
+                                      usage=usage)
+            log(line.replace("cuda graph:", accept_part(setup) + "cuda graph:"), rank=True)
     if ladder.retractions:
         log(RETRACT.format(n=ladder.retractions, a=setup.card.admission.new_token_ratio, b=1.0), rank=True)
     if ladder.crash is not None:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUND = ("tunectl.models", "tunectl.profile", "tunectl.yamlmodel", "tunectl.errors", "tunectl.flags", "tunectl.knobs",
           "tunectl.engines", "tunectl.redact", "tunectl.crashes", "tunectl.stats", "tunectl.versions",
           "tunectl.goodput", "tunectl.traces", "tunectl.workloads", "tunectl.datasets", "tunectl.objective",
-          "tunectl.scopes")
+          "tunectl.scopes", "tunectl.energy")
 
 # room (folder) -> the tunectl modules it may import, and the outside modules it must not
 RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

@@ -45,6 +45,10 @@ class Engine:
         """Environment beside CUDA_VISIBLE_DEVICES (the stand-in: where its box's GPU claims live)."""
         return {}
 
+    def smi(self, python: str, host_url: str) -> list[str]:
+        """The program that answers nvidia-smi's GPU queries on the host (the power sampler's)."""
+        return ["nvidia-smi"]
+
     def tokenizer(self, prof: Profile) -> str:
         """The tokenizer a client that needs one (sglang.bench_serving) loads: the profile's, else the model's."""
         return prof.model.tokenizer or prof.model.path
@@ -69,8 +73,10 @@ class Sim(Engine):
     def launch_args(self, prof: Profile) -> list[str]:
         sim = prof.server.sim
         noise = [] if sim.noise == 1.0 else ["--sim-noise", f"{sim.noise:g}"]
+        kind = prof.bench.workloads[0].kind if prof.bench.workloads else "random"
+        workload = [] if kind == "random" else ["--sim-workload", kind]     # a speculative draft's acceptance
         return ["--sim-card", sim.card, "--sim-time-scale", str(sim.time_scale), "--sim-seed", str(sim.seed),
-                *noise, *self.version_args(prof)]
+                *noise, *workload, *self.version_args(prof)]
 
     def version_args(self, prof: Profile) -> list[str]:
         v = prof.server.sglang_version                  # the stand-in plays 0.5.9 unless told otherwise
@@ -82,6 +88,10 @@ class Sim(Engine):
     def gpu_env(self, prof: Profile) -> dict[str, str]:
         """Servers given GPUs claim them in one folder of the host's workdir (sim/gpus.py): two on one GPU fail."""
         return {} if prof.host.gpus is None else {"TUNECTL_SIM_GPU_DIR": f"{prof.host.workdir}/sim-gpus"}
+
+    def smi(self, python: str, host_url: str) -> list[str]:
+        """The stand-in's nvidia-smi (sim/smi.py): the same queries and output, from the server it runs."""
+        return [python, "-m", "tunectl.sim.smi", "--server", host_url]
 
     def tokenizer(self, prof: Profile) -> str:
         """The profile's, else the stand-in's own (its cards' models are names, not folders on disk)."""

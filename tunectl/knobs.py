@@ -3,7 +3,8 @@ bundled patch), used by the live launch plan, the virtual trial, the search spac
 
 - `target(name, spec)`: a knob's `KnobTarget`. A param that is not a knob of the space is an SGLang flag of its name.
   Flag names lose leading dashes (`--tp-size` and `tp-size` are one flag).
-- `split(prof, params)`: the trial's own part: flags, env, patches switched on and off. A None value sets nothing.
+- `split(prof, params)`: the trial's own part: flags, env, patches switched on and off. A None value sets nothing,
+  nor does a flag's `UNSET` choice (`speculative-algorithm: none`).
 - `merge(prof, params)`: the base (server.flags, server.env, server.patches) with the trial's part on top: a bool
   patch knob set to false removes the patch even when the base names it.
 - `env_value(value)`: how a value is written to the environment (bools as `true`/`false`, SGLang's spelling).
@@ -16,6 +17,9 @@ from typing import Any, Literal
 from tunectl.profile import ParamSpec, Profile
 
 PATCH_PREFIX = "patch:"
+# a flag's choice that means "leave the flag out" (SGLang's default): `speculative-algorithm: none` is no
+# speculative decoding, which 0.5.9's --speculative-algorithm has no choice for
+UNSET: dict[str, str] = {"speculative-algorithm": "none"}
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def split(prof: Profile, params: dict[str, Any]) -> Split:
             (out.patches_on if value else out.patches_off).append(t.name)
         elif t.kind == "env":
             out.env[t.name] = env_value(value)
-        else:
+        elif UNSET.get(t.name) != value:
             out.flags[t.name] = value
     return out
 

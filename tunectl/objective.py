@@ -33,7 +33,9 @@ class Objective(Strict):
     multi_objective: bool = False                 # throughput vs p99 TTFT (Pareto)
     # goodput: the value is the capacity, the highest request rate at which >= slo_attainment of the requests
     # meet every `slo` limit (docs/load.md), found by a bracketing search on one launch
-    mode: Literal["throughput", "goodput"] = "throughput"
+    # tokens_per_joule / tokens_per_dollar: the level meeting the SLO with the most output tokens per joule (GPU
+    # power sampled on the host) or per dollar (the profile's `cost:`) (docs/energy.md)
+    mode: Literal["throughput", "goodput", "tokens_per_joule", "tokens_per_dollar"] = "throughput"
     slo_attainment: float = Field(0.99, gt=0, le=1)
     capacity: Capacity = Field(default_factory=lambda: Capacity())
     # several workloads: the objective is sum(weight x the workload's best level), by workload label; the SLO
@@ -120,7 +122,7 @@ class Score:
 def score(result: TrialResult, prof: Profile) -> Score:
     """The objective: the best level's metric, or `objective.weights`' sum of each workload's best level (a
     workload without a stable level adds 0); its 95% interval is the weighted sum of theirs."""
-    metric = prof.objective.metric
+    metric = value_metric(prof)
     if not prof.objective.weights:
         lv, slo_c = best_level(result, prof)
         ci = lv.output_throughput_ci95 if lv is not None and metric == "output_throughput" else None
@@ -145,4 +147,12 @@ def objective_value(lv: LevelResult | None, prof: Profile) -> float:
         return 0.0
     if prof.objective.mode == "goodput":
         return level_load(lv, prof.objective.capacity.by)
-    return lv.value(prof.objective.metric)
+    return lv.value(value_metric(prof))
+
+
+PER_TOKEN = {"tokens_per_joule": "output_tokens_per_joule", "tokens_per_dollar": "output_tokens_per_dollar"}
+
+
+def value_metric(prof: Profile) -> str:
+    """The level metric a mode maximizes: `objective.metric`, or tokens per joule / per dollar (tunectl/energy.py)."""
+    return PER_TOKEN.get(prof.objective.mode, prof.objective.metric)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from tunectl.energy import Cost
 from tunectl.objective import Capacity, Objective, Reference
 from tunectl.redact import SECRET_FLAGS
 from tunectl.slurmspec import SlurmSpec
@@ -279,6 +280,7 @@ class Profile(Strict):
     bench: BenchSpec = Field(default_factory=BenchSpec)
     objective: Objective = Field(default_factory=Objective)
     reference: Reference | None = None
+    cost: Cost | None = None              # price per GPU-hour: cost per token, objective mode tokens_per_dollar
 
     # filled by load_profile, not part of the YAML
     source: str = Field("", exclude=True)
@@ -288,6 +290,12 @@ class Profile(Strict):
         if len(self.hosts) > 1 and any(h.kind == "slurm" for h in self.hosts):
             raise ValueError("hosts: a Slurm cluster is the study's one host (host.kind: slurm; its scheduler "
                              "places the trials), not one of several")
+        return self
+
+    @model_validator(mode="after")
+    def _cost_for_dollars(self) -> Profile:
+        if self.objective.mode == "tokens_per_dollar" and self.cost is None:
+            raise ValueError("objective.mode 'tokens_per_dollar' needs a cost block, e.g. cost: {gpu_hour_usd: 2.5}")
         return self
 
     @model_validator(mode="after")

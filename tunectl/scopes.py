@@ -24,6 +24,7 @@ from tunectl.profile import ParamSpec, Profile
 
 PATCH = knobs.PATCH_PREFIX
 AUTOTUNE_PATCH = "0001-flashinfer-cutlass-autotune"
+SPEC_EAGLE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")      # --speculative-algorithm: the EAGLE family
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,18 @@ SCOPES: tuple[Scope, ...] = (
           "CUDA graph sizes are captured only with CUDA graphs on"),
     Scope("cuda-graph-bs", {"disable-cuda-graph": (False,)}, None,
           "CUDA graph sizes are captured only with CUDA graphs on"),
+    # Speculative decoding (SGLang 0.5.9 ServerArgs._handle_speculative_decoding; the same flags in 0.5.17 and
+    # 0.5.23): steps and topk are read for the EAGLE family only (NEXTN is EAGLE; NGRAM sets topk from
+    # --speculative-ngram-max-bfs-breadth and drafts --speculative-num-draft-tokens), draft tokens for every
+    # algorithm, a draft model path for EAGLE/EAGLE3/STANDALONE (NEXTN models draft with their own MTP heads).
+    Scope("speculative-num-steps", {"speculative-algorithm": SPEC_EAGLE}, None,
+          "--speculative-num-steps is read by the EAGLE family only (NGRAM drafts num-draft-tokens)"),
+    Scope("speculative-eagle-topk", {"speculative-algorithm": SPEC_EAGLE}, None,
+          "--speculative-eagle-topk is read by the EAGLE family only (NGRAM takes its ngram-max-bfs-breadth)"),
+    Scope("speculative-num-draft-tokens", {"speculative-algorithm": (*SPEC_EAGLE, "NGRAM")}, None,
+          "draft tokens are verified only with a speculative algorithm"),
+    Scope("speculative-draft-model-path", {"speculative-algorithm": ("EAGLE", "EAGLE3", "STANDALONE")}, None,
+          "a draft model is loaded for EAGLE, EAGLE3 and STANDALONE (NEXTN drafts with the model's MTP heads)"),
 )
 
 

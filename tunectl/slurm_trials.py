@@ -140,7 +140,16 @@ class JobTrial:
         self.store.write_trial(result)
         if info.kind == "done" and result.status != "infra":
             shutil.rmtree(self.dir, ignore_errors=True)      # everything of it is in results/ now
+        else:
+            keep_evidence(self.dir)
         return result
+
+
+def keep_evidence(job_dir: str) -> None:
+    """A job the cluster ended keeps its directory (Slurm's slurm.out, the logs) but not the profile's secrets: its
+    spec (the profile, server.env) and its env file go."""
+    for name in ("spec.json", "env"):
+        Path(job_dir, name).unlink(missing_ok=True)
 
 
 def as_infra(result: TrialResult, info: jobs.JobInfo, rec: dict[str, Any], slurm_out: bytes) -> TrialResult:
@@ -195,13 +204,36 @@ def stop_job(runner: SlurmRunner, store: StudyStore, n: int) -> None:
             time.sleep(runner.spec.poll_s if runner.spec.on_resume == "wait" else 0.5)
             info = runner.state(job_id, fresh=True)
         copy_back(job_dir, store, n)
-        if info.kind != "done" and (store.trial_dir(n) / "trial.json").exists():
-            result = store.read_trial(n)                  # stopped, not finished: its config runs again
-            result.status, result.crash = "interrupted", None
+        if (store.trial_dir(n) / "trial.json").exists():
+            result = store.read_trial(n)
+            if info.kind != "done":                       # stopped, not finished: its config runs again
+                result.status, result.crash = "interrupted", None
+            result.host = f"{runner.name}/{info.node or '?'}"
             store.write_trial(result)
         rec = read_json(record_path(store, n)) if record_path(store, n).exists() else {"trial": n}
-        rec.update(job_id=job_id, dir=job_dir, state=info.state, reason=info.reason, recovered=True)
+        rec.update(job_id=job_id, dir=job_dir, state=info.state, reason=info.reason, node=info.node,
+                   start=info.start, end=info.end, recovered=True)
         write_json(record_path(store, n), rec)
+        if info.kind == "done":
+            shutil.rmtree(job_dir, ignore_errors=True)    # everything of it is in results/ now
+        else:
+            keep_evidence(job_dir)
+
+
+def read_back(study: Any, store: StudyStore, fleet: Any) -> None:
+    """At a rerun, before the study's recorded results are told: each trial a dead coordinator left RUNNING on
+    these job slots gets what its job wrote (`stop_job`). A job that finished, or that `on_resume: wait` awaited,
+    leaves a final trial.json: its result is told, not run again; one cancelled is re-queued."""
+    from optuna.trial import TrialState
+
+    from tunectl.search.study import host_of
+
+    runner = next((s.runner for s in fleet.slots if is_slurm(s.runner)), None)
+    if runner is None:
+        return
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if host_of(t) in fleet.keys:
+            stop_job(runner, store, t.number)
 
 
 def _jobs_of(runner: SlurmRunner, store: StudyStore, n: int) -> list[tuple[str, str]]:

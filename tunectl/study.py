@@ -19,6 +19,7 @@ from tunectl.crashes.catalog import CATALOG_VERSION
 from tunectl.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
 from tunectl.models import TrialResult
+from tunectl.objective import value_metric
 from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS, Check
 from tunectl.search import finalists as fin
@@ -325,6 +326,10 @@ def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
             planned: tuple[int | None, int]) -> dict[str, HostState]:
     """Recover what a dead worker left on each slot and say what this run does with the study."""
     states, recovered = {}, []
+    if fleet.prof.host.kind == "slurm":                # what the dead run's jobs wrote, first (docs/slurm.md)
+        from tunectl.slurm_trials import read_back
+
+        read_back(study, store, fleet)
     told = set(recovery.tell_recorded(study, store, fleet.prof, fleet.keys))   # finished, killed before telling
     for key in fleet.keys:
         states[key] = HostState(store.dir / "hosts", key)
@@ -365,7 +370,7 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
         measured = win.interval if win else fin.trial_interval(best_t)
         best = {"trial": best_t.number, "params": dict(best_t.params), "value": best_t.values[0],
                 "confirmed_value": win.score if win else None,
-                "metric": "capacity" if prof.objective.mode == "goodput" else prof.objective.metric,
+                "metric": "capacity" if prof.objective.mode == "goodput" else value_metric(prof),
                 "ci95": [measured.low, measured.high], "launches": measured.n,
                 "launch_spread": win.launch_spread if win else None,
                 "ties": fin.ties(verdicts, win) if win else [],

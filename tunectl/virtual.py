@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tunectl import knobs
+from tunectl.energy import energy_metrics
 from tunectl.engines import engine
 from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile, WorkloadSpec
@@ -79,6 +80,11 @@ class VirtualEvaluator:
             out = LevelResult(lv.concurrency, "ok", label, completed=lv.completed, duration_s=lv.duration_s,
                               metrics={"output_throughput": lv.output_throughput,
                                        "mean_ttft_ms": lv.mean_ttft_ms, "p99_ttft_ms": lv.p99_ttft_ms})
+            if lv.spec_accept_length is not None:
+                out.metrics["spec_accept_length"] = round(lv.spec_accept_length, 3)
+            cost = self.prof.cost
+            out.metrics.update(energy_metrics(lv.output_throughput, lad.setup.card.gpu.count if lad.setup else 1,
+                                              lv.gpu_power_w, cost.gpu_hour_usd if cost else None))
             res.levels.append(out)
             if should_prune is not None and should_prune(out):
                 res.status = "pruned"

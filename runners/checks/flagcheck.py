@@ -56,6 +56,7 @@ def used_flags(prof: Profile) -> list[tuple[str, str, Any]]:
         t = knobs.target(name, spec)
         if t.kind == "flag":
             values = spec.choices if spec.type == "categorical" else [True] if spec.type == "bool" else []
+            values = [v for v in values if knobs.UNSET.get(t.name) != v]     # the flag left out: nothing to check
             out.append((f"search.space.{name}", t.name, values))
     return out
 

@@ -26,7 +26,8 @@ from tunectl.runners import clients
 from tunectl.runners.clients.base import OpenLoad, Target
 from tunectl.runners.clients.prompts import WARMUP_OUTPUT_LEN
 from tunectl.runners.server.lifecycle import POLL_S, Server, scaled, time_scale
-from tunectl.runners.server.witness import Pulse, Witness
+from tunectl.runners.server.power import add_energy, power_sampler
+from tunectl.runners.server.witness import Pulse, Witness, accept_length
 from tunectl.traces import load_trace
 
 HANG_FLOOR_S = 3.0        # never call a hang faster than this (wall seconds): scheduling noise on busy hosts
@@ -100,15 +101,18 @@ def run_level(server: Server, w: WorkloadSpec, concurrency: int, load: OpenLoad 
     wit = Witness.start(server.base_url, len(server.watcher.decode_rates),
                         bool(prof.server.flags.get("enable-metrics")))
     t0, epoch = time.monotonic(), _link_epoch(server)
+    watts = power_sampler(server).start()      # GPU power during the level (power.py)
     th.start()
     crash = _watch(server, th, prog, abort, concurrency, t0)
     th.join(timeout=30)
     lv = _level_result(w, concurrency, box, crash, time.monotonic() - t0)
+    power = watts.stop()
     if load is not None:
         lv.request_rate = load.rate if load.rate is not None else round(lv.metrics.get("request_rate", 0.0), 4)
         lv.speedup = w.speedup if w.kind == "trace" else None
     if lv.status == "ok" and load is None:   # an open-loop level's whole-run rate has idle gaps the server's lacks
         lv.witness = _witness(server, wit, lv, w, impl.name == "builtin")
+    add_energy(server, lv, power)
     if _lost_to_link(server, lv, epoch):
         if server.crash is lv.crash:
             server.crash = None            # the hang verdict was the link's
@@ -123,6 +127,9 @@ def _witness(server: Server, wit: Witness, lv: LevelResult, w: WorkloadSpec, bui
     server.check()                           # read the log lines written up to now
     tokens = int(lv.metrics.get("total_output_tokens", 0)) + WARMUP_OUTPUT_LEN * w.warmup_requests \
         if builtin else None
+    acc = accept_length(server.watcher.decode_accept[wit.lines0:])
+    if acc is not None:                      # speculative decoding: the server's acceptance length in the level
+        lv.metrics["spec_accept_length"] = round(acc, 3)
     return wit.finish(server.base_url, server.watcher.decode_rates, lv.metrics, tokens, lv.client_bound)
 
 

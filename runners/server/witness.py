@@ -82,6 +82,8 @@ class Witness:
                 out["server_generation_tokens"] = int(gen)
                 if client_tokens is not None:
                     out["gap_tokens"] = _gap(client_tokens, gen)
+            if snap1.get("sglang:spec_accept_length"):         # a gauge: the server's latest reading
+                out["server_spec_accept_length"] = snap1["sglang:spec_accept_length"]
             n = d.get("sglang:time_to_first_token_seconds_count")
             if n:
                 out["server_mean_ttft_ms"] = d["sglang:time_to_first_token_seconds_sum"] / n * 1000
@@ -96,6 +98,14 @@ class Witness:
         if gaps and max(gaps) > DISAGREE:
             out["flag"] = "client_bound" if client_bound else "disagree"
         return out
+
+
+def accept_length(values: list[float | None]) -> float | None:
+    """A level's speculative acceptance length from its decode lines' `accept len` (each over the rounds since the
+    line before): their mean, the first line left out when there are more (it spans the time before the level)."""
+    vals = [v for v in values if v is not None]
+    vals = vals[1:] if len(vals) > 1 else vals
+    return sum(vals) / len(vals) if vals else None
 
 
 def _gap(client: float, server: float) -> float:

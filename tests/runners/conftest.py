@@ -3,8 +3,8 @@ for the SSH runner, a real sshd (session), a per-test HOME and an SSHRunner on i
 one-node Slurm (session)."""
 import pytest
 
-from tests.runners.sshd import make_ssh_runner, ssh_home, ssh_host, sshd  # noqa: F401
 from tests.runners.slurm_cluster import slurm  # noqa: F401   (one test Slurm per session)
+from tests.runners.sshd import make_ssh_runner, ssh_home, ssh_host, sshd  # noqa: F401
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.spec_text import refusal
+
 from tunectl.crashes.classifier import SIGNATURES, LogWatcher, classify
 from tunectl.models import CRASH_CLASSES
 
@@ -139,6 +141,9 @@ CASES = [  # (signature, text, phase, expected class)
     ("deepep_dispatch",
      in_traceback("RuntimeError: Failed: Assertion error /sgl-workspace/DeepEP/csrc/deep_ep.cpp:1105 "
                   "'x.size(0) <= num_max_dispatch_tokens_per_rank'"), "startup", "config_error"),
+    # SGLang 0.5.9 refusing a speculative config (tests/helpers/spec_text.py: the wheel's frames and texts)
+    *((sig, refusal(sig), "startup", "config_error")
+      for sig in ("spec_params_partial", "spec_topk_missing", "spec_topk_trtllm", "spec_topk_paged")),
 ]
 
 

@@ -69,6 +69,8 @@ def test_scancel_time_limit_and_a_downed_node_are_infra_and_retried(tmp_path: Pa
         trial = read_json(store.trial_dir(n) / "trial.json")
         assert trial["status"] == "infra" and trial["crash"]["cls"] == "infra"
         assert trial["crash"]["signature"] == f"slurm_{state.lower()}"
+        kept = sorted(p.name for p in Path(rec["dir"]).iterdir())        # the evidence, not the secrets
+        assert "slurm.out" in kept and "server.log" in kept and not {"spec.json", "env"} & set(kept)
         t = study.trials[n]
         assert t.state == TrialState.FAIL and t.user_attrs.get("infra_fault")      # never told as the config's
         while t.state == TrialState.FAIL and t.user_attrs.get("infra_fault"):    # (the node's fall may end

@@ -20,7 +20,6 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from tests.runners.slurm_cluster import PARTITION
-from tests.search.test_parallel import told
 from tunectl import REPO_ROOT
 from tunectl.cli import app
 from tunectl.profile import load_profile
@@ -85,18 +84,25 @@ def job_pids(job_id: str) -> list[int]:
 
 
 def test_six_trials_two_jobs_at_a_time_then_kill_9_and_rerun(tmp_path: Path, slurm) -> None:
-    root, prof = tmp_path / "results", slurm_profile(tmp_path)
+    """The dead coordinator's two jobs run on; the rerun (`on_resume: wait`) awaits them and tells the study what
+    they wrote: nothing finished is lost, nothing runs twice, no job is left."""
+    root, prof = tmp_path / "results", slurm_profile(tmp_path, on_resume="wait")
     store = StudyStore("six", root)
     args = ["search", "-p", str(prof), "-n", "6", "--parallel", "2", "--json", "--study", "six",
             "--results", str(root)]
+    err = tmp_path / "coordinator.err"
     proc = subprocess.Popen([sys.executable, "-m", "tunectl", *args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=open(err, "wb"))
     try:
         deadline = time.monotonic() + 240
-        while not (told(store, "six") >= 2 and sum("started_at" in r and "state" not in r
-                                                   for r in records(store).values()) == 2):
-            assert time.monotonic() < deadline and proc.poll() is None, slurm.log_tail()
+        while True:                                  # two trials done, two jobs running: kill -9
+            recs = records(store).values()
+            if sum(r.get("state") == "COMPLETED" for r in recs) >= 2 and sum(
+                    "started_at" in r and "state" not in r for r in recs) == 2:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, err.read_text()[-2000:] + slurm.log_tail()
             time.sleep(0.2)
+        in_flight = [n for n, r in records(store).items() if "started_at" in r and "state" not in r]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -111,6 +117,9 @@ def test_six_trials_two_jobs_at_a_time_then_kill_9_and_rerun(tmp_path: Path, slu
     assert json.loads(res.stdout[res.stdout.index("{"):])["trials"] == 6
     trials = optuna.load_study(study_name="six", storage=storage).trials
     assert {n: trials[n].values for n in kept} == kept     # nothing finished is lost
+    for n in in_flight:                                    # awaited and read back: told, not run again
+        assert trials[n].state == TrialState.COMPLETE and not [t for t in trials if t.user_attrs.get("retry_of") == n]
+        assert read_json(store.trial_dir(n) / "slurm.json")["recovered"]
     assert ours_left(slurm, "six") == []                   # no job left
     recs = records(store)
     assert most_at_once(spans(recs)) == 2                  # two jobs at a time, never more

@@ -17,10 +17,18 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
+# energy and cost per level (tunectl/energy.py): metric, column, digits; shown when a level has them
+ENERGY_COLUMNS = (("gpu_power_w", "W/GPU", 0), ("output_throughput_per_gpu", "tok/s/GPU", 0),
+                  ("joules_per_output_token", "J/tok", 3), ("usd_per_million_output_tokens", "$/Mtok", 2))
+
+
 def level_table(result: TrialResult) -> Table:
     tab = Table(title=f"trial {result.trial}: {result.status} (latencies in ms)")
+    spec = any("spec_accept_length" in lv.metrics for lv in result.levels)   # speculative decoding on
+    energy = [(k, col, d) for k, col, d in ENERGY_COLUMNS if any(k in lv.metrics for lv in result.levels)]
     for col in ("workload", "c", "status", "steady tok/s (95%)", "samples", "whole-run tok/s", "TTFT p50",
-                "TTFT p99", "TPOT p50", "TPOT p99", "done/failed"):
+                "TTFT p99", "TPOT p50", "TPOT p99", *(("accept len",) if spec else ()), *(c for _, c, _ in energy),
+                "done/failed"):
         tab.add_column(col, justify="left" if col in ("workload", "status") else "right")
     from tunectl.goodput import jitter_bound
 
@@ -32,7 +40,9 @@ def level_table(result: TrialResult) -> Table:
                     + ("?" if jitter_bound(lv) else ""),
                     steady_text(lv), str(lv.samples or "-"), _fmt(m.get("output_throughput")),
                     _fmt(m.get("median_ttft_ms"), 0), _fmt(m.get("p99_ttft_ms"), 0), _fmt(m.get("median_tpot_ms")),
-                    _fmt(m.get("p99_tpot_ms")), f"{lv.completed}/{lv.failed_requests}")
+                    _fmt(m.get("p99_tpot_ms")), *((_fmt(m.get("spec_accept_length"), 2),) if spec else ()),
+                    *(_fmt(m.get(k), d) for k, _, d in energy),
+                    f"{lv.completed}/{lv.failed_requests}")
     notes = []
     if any(lv.client_bound for lv in result.levels):
         notes.append("* the benchmark client was busy: the server may do better than measured")

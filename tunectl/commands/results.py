@@ -132,8 +132,10 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     labels = workload_columns(rows)           # several workloads: each one's best stable tok/s
     tab = Table(title=f"{store.name}: {len(rows)} trials")
     cap = ["capacity"] if any(r["capacity"] for r in rows) else []     # goodput studies, sweep --capacity
+    per_tok = [(k, h) for k, h in (("w_per_gpu", "W/GPU"), ("j_per_token", "J/tok"), ("usd_per_mtok", "$/Mtok"))
+               if any(r.get(k) is not None for r in rows)]                 # energy and cost at the peak level
     for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", "confirmed", *cap, *labels, "at c",
-                "max stable c", "crash"):
+                *(h for _, h in per_tok), "max stable c", "crash"):
         tab.add_column(col, justify="left" if col in ("role", "status", "key flags (vs baseline)", "crash") else
                        "right", overflow="fold")
     style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan",
@@ -148,6 +150,8 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
                     *([r["capacity"] or "-"] if cap else []),
                     *(f"{r['per_workload'].get(w, 0.0):,.0f}" for w in labels),
                     str(r["peak_concurrency"] or "-"),
+                    *("-" if r[k] is None else f"{r[k]:,.{3 if k == 'j_per_token' else 2 if k == 'usd_per_mtok' else 0}f}"
+                      for k, _ in per_tok),
                     str(r["max_stable_concurrency"]), escape(crash))
     show_table(tab, keep=("role", "status"))
 

@@ -169,6 +169,28 @@ SIGNATURES: tuple[Signature, ...] = (
          "install the full sgl-kernel, or use a path without it: --attention-backend triton; for a DSA model's "
          "MHA prefill, SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0 (MLA prefill)",
          repairs=(("attention-backend", "triton"), ("SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", 0))),
+    # Speculative decoding refused by SGLang 0.5.9's ServerArgs._handle_speculative_decoding (server_args.py; exit
+    # 1 before any log line). Frames: a bare `assert` (2423: --speculative-eagle-topk or -num-draft-tokens without
+    # -num-steps) and a TypeError (2453: -num-steps alone leaves topk None, then `topk > 1`) carry no message.
+    _sig("spec_params_partial",
+         r"in _handle_speculative_decoding\n\s+(?:assert\b|self\.speculative_eagle_topk is None)", "config_error",
+         "--speculative-eagle-topk / --speculative-num-draft-tokens given without --speculative-num-steps",
+         "give --speculative-num-steps too (or none of the three: SGLang picks all three)",
+         repairs=(("speculative-num-steps", 3),)),
+    _sig("spec_topk_missing", r"in _handle_speculative_decoding\n\s+self\.speculative_eagle_topk > 1",
+         "config_error", "--speculative-num-steps given without --speculative-eagle-topk (topk stays None)",
+         "give --speculative-eagle-topk (1 for a chain) with --speculative-num-steps",
+         repairs=(("speculative-eagle-topk", 1),)),
+    _sig("spec_topk_trtllm", r"trtllm_mha backend only supports topk = 1 for speculative decoding",
+         "config_error", "speculative topk > 1 with the trtllm_mha attention backend (server_args.py:2439)",
+         "--speculative-eagle-topk 1, or another attention backend",
+         repairs=(("speculative-eagle-topk", 1), ("attention-backend", "fa3"))),
+    _sig("spec_topk_paged",
+         r"speculative_eagle_topk(?:\(\d+\))? > 1 with page_size(?:\(\d+\))? > 1 is unstable", "config_error",
+         "speculative topk > 1 with --page-size > 1 on a paged attention backend other than flashinfer/fa3 "
+         "(server_args.py:2457; NGRAM's text: 2490)",
+         "--speculative-eagle-topk 1, --page-size 1, or --attention-backend flashinfer",
+         repairs=(("speculative-eagle-topk", 1), ("page-size", 1), ("attention-backend", "flashinfer"))),
     _sig("config_option_unsupported", r"Unsupported config option '\w+' with action", "config_error",
          "SGLang's --config parser rejects this option (a deprecated alias shares its destination)",
          "list the flag in server.argv_flags: it then goes on the command line", fatal=True),

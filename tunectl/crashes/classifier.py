@@ -80,6 +80,8 @@ _KV_DTYPE = re.compile(r"KV Cache is allocated\. dtype: torch\.(\w+)")
 _GEN_RATE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
 _DECODE_STATE = re.compile(r"#running-req: (\d+),.*cuda graph: (True|False)\b.*#queue-req: (\d+)")
 _TOKEN_USAGE = re.compile(r"token usage: ([\d.]+)")
+# speculative decoding: SGLang 0.5.9 scheduler_metrics_mixin.py:390 `accept len: {:.2f}, accept rate: {:.2f}, `
+_ACCEPT_LEN = re.compile(r"accept len: ([\d.]+)")
 # A decode batch with requests queued and the KV pool at least this full: the pool held them back (during a level's
 # ramp the queue waits for prefill with the pool nearly empty).
 POOL_FULL = 0.85
@@ -220,6 +222,7 @@ class LogWatcher:
         self.prefill_batches = 0
         self.decode_batches = 0
         self.decode_rates: list[tuple[int, float]] = []   # (running requests, gen throughput) per decode line
+        self.decode_accept: list[float | None] = []         # its speculative accept len (None: not speculative)
         self.last_progress_at: float | None = None
         self.unhealthy_at: float | None = None
         self.stopping = False
@@ -283,6 +286,8 @@ class LogWatcher:
                 rate = _GEN_RATE.search(line)
                 if rate:
                     self.decode_rates.append((int(rate.group(1)), float(rate.group(2))))
+                    acc = _ACCEPT_LEN.search(line)
+                    self.decode_accept.append(float(acc.group(1)) if acc else None)
                 self._decode_state(line)
             self.last_progress_at = now
             return
