@@ -242,5 +242,6 @@ class Engine:
         self.last_gen_throughput = self.metrics.gen_throughput = self._tok_since_log / dt
         self._tok_since_log, self._vt_last_log = 0, self.vnow
         self.log(f"Decode batch, #running-req: {step.bs}, #token: {s.kv_used}, token usage: {usage:.2f}, "
-                 f"{accept_part(self.setup)}cuda graph: {step.graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+                 f"{accept_part(self.setup)}cuda graph: {step.graph}, "
+                 f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
                  f"#queue-req: {len(s.waiting)}", rank=True)

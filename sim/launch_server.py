@@ -75,7 +75,8 @@ class State:
             "sim_seed": self.ns.sim_seed,
             "sim_patches": self.patches, "max_total_num_tokens": self.setup.kv_tokens,
             "internal_states": [{"last_gen_throughput": eng.last_gen_throughput if eng else 0.0,
-                                 "avg_spec_accept_length": spec_accept(self.setup), "#running-req": len(eng.sched.running) if eng else 0,
+                                 "avg_spec_accept_length": spec_accept(self.setup),
+                                 "#running-req": len(eng.sched.running) if eng else 0,
                                  "#queue-req": len(eng.sched.waiting) if eng else 0}]})
         return info
 

@@ -28,14 +28,12 @@ def step_watts(p: Power, setup: Setup, kind: str, bs: int) -> float:
 
 
 class Meter:
-    """Per-GPU power on the modeled clock: `busy(t_end, ms, watts)` for each step, idle in between."""
+    """Per-GPU power on the modeled clock: `step(...)` for each step the scheduler ran, idle in between."""
 
     def __init__(self, card: Card, window_s: float = WINDOW_S):
         self.power, self.window = card.power, window_s
-        self.gpus = card.gpu.count
         self.t = 0.0                                         # modeled end of the last step seen
         self.joules = 0.0                                    # per GPU, since start
-        self.busy_s = 0.0
         self.recent: deque[tuple[float, float, float]] = deque()   # (end, seconds, joules) of recent steps
 
     def step(self, setup: Setup, t_end: float, kind: str, bs: int, ms: float) -> None:
@@ -45,7 +43,6 @@ class Meter:
         self._idle_until(t_end - dt)
         j = step_watts(self.power, setup, kind, bs) * dt
         self.joules += j
-        self.busy_s += dt
         self.recent.append((t_end, dt, j))
         self.t = t_end
         while self.recent and self.recent[0][0] < t_end - self.window:

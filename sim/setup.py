@@ -189,7 +189,7 @@ def resolve(card: Card, config: dict[str, Any], env: dict[str, str] | None = Non
     s.pt1_prone = (pt1 is not None and kv_dtype == pt1.kv_dtype and s.chunked_prefix_cache
                    and not _patch_ids([pt1.fixed_by_patch]) & pids and _metadata_lacks_field(c))
     s.jit_s, s.attention = _jit_s(card, moe), attn
-    s.spec, s.refused = resolve_spec(card, _given(config), c, env)
+    s.spec, s.refused = resolve_spec(card, c, env)
     s.max_running = max_running(_given(config), s.spec, s.max_running)
     if s.refused is not None:              # ServerArgs refuses it before anything starts (sim/spec.py)
         s.crash = StartupCrash("server_args", "speculative_refused", s.refused[2])

@@ -3,12 +3,14 @@ startup refusals, `ServerArgs._handle_speculative_decoding`), the acceptance len
 (the card's `speculative:` section), and what one speculative round costs.
 
 A round drafts `num_steps` deep (`topk` branches each) and verifies `num_draft_tokens` per request (the tree's
-best nodes plus the root) in one target forward; the accepted tokens plus the target's own one are `accept_len` (1 .. num_steps + 1). The stand-in's
-scheduler makes one token per request per step, so a speculative step is one token's share of a round:
+best nodes plus the root) in one target forward; the accepted tokens plus the target's own one are `accept_len`
+(1 .. num_steps + 1). The stand-in's scheduler makes one token per request per step, so a speculative step is one
+token's share of a round:
 round time / accept_len. Verification is a target forward over bs x draft tokens: cheap while the step is bound by
 weight reads (small batches), as dear as draft-tokens plain steps once it is bound by compute (large ones).
 
-Pure: no I/O. `resolve_spec(card, given, config, env)` -> (Spec | None, the refusal as a StartupCrash | None).
+Pure: no I/O. `resolve_spec(card, config, env)` -> (the Spec or None, SGLang's refusal or None: its line in
+server_args.py, the code there, the exception line).
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ from typing import Any
 
 from tunectl.sim.card import Card, SpecDraft
 
-EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 # SGLang 0.5.9 server_args.py: the traceback of a refusal raised while the server args are checked (exit 1, before
 # any log line; the dataclass's generated `__init__` frame between from_cli_args and __post_init__ left out);
 # (file, line, function, code)
@@ -96,10 +97,10 @@ def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
-def resolve_spec(card: Card, given: dict[str, Any], c: dict[str, Any], env: dict[str, str]
+def resolve_spec(card: Card, c: dict[str, Any], env: dict[str, str]
                  ) -> tuple[Spec | None, tuple[int, str, str] | None]:
-    """`given`: the flags as set (underscored, unset ones absent); `c`: with defaults. (None, None): no
-    speculative decoding; (None, refusal): SGLang refuses the flags at startup."""
+    """`c`: the flags with SGLang's defaults (underscored). (None, None): no speculative decoding (or a card
+    without `speculative:`); (None, refusal): SGLang refuses the flags at startup."""
     algo = c.get("speculative_algorithm")
     if algo in (None, "none", "None", "") or card.speculative is None:
         return None, None

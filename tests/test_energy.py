@@ -136,3 +136,15 @@ def test_live_stand_in_power_in_json_and_table(tmp_path):
     assert lv["metrics"]["usd_per_million_output_tokens"] > 0
     table = _cli(*base).stdout
     assert all(h in table for h in ("W/GPU", "J/tok", "$/Mtok")), table
+
+
+def test_the_slo_stays_a_constraint_in_per_token_modes(tmp_path):
+    from tunectl.models import LevelResult, TrialResult
+
+    prof = load_profile(_profile(tmp_path, objective={"mode": "tokens_per_joule", "slo": {"p99_ttft_ms": 1000}}))
+    fast = LevelResult(64, "ok", "random", metrics={"output_tokens_per_joule": 15.0, "p99_ttft_ms": 400})
+    frugal = LevelResult(512, "ok", "random", metrics={"output_tokens_per_joule": 22.0, "p99_ttft_ms": 2500})
+    got = score(TrialResult(0, "ok", levels=[fast, frugal]), prof)
+    assert got.level is fast and got.value == 15.0 and got.slo <= 0         # the frugal level misses the SLO
+    alone = score(TrialResult(1, "ok", levels=[frugal]), prof)
+    assert alone.slo > 0                                                     # infeasible, not a winner

@@ -11,8 +11,9 @@ Two readers, one sample format {gpu index: (watts or None, utilization % or None
 
 `Sampler.start()` before the level's requests, `.stop()` after them: the mean watts per GPU over the samples of the
 level's work (samples with no kernel running on any GPU are left out; then the first and last `TRIM` of them, the
-ramp-up and the drain, once there are enough), the GPUs read, the sample count and the reader. A reader that fails (no driver, `[N/A]`, a host without
-nvidia-smi) gives no power figure, never an error: energy is a result where the host offers it.
+ramp-up and the drain, once there are enough), the GPUs read, the sample count and the reader. A reader that fails
+(no driver, `[N/A]`, a host without nvidia-smi) gives no power figure, never an error: energy is a result where the
+host offers it.
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def nvml_reader(gpus: list[int] | None) -> Callable[[], Reading] | None:
         out: Reading = {}
         for i, h in handles.items():
             try:
-                out[i] = (pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+                util = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+                out[i] = (pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, util)     # milliwatts
             except Exception:  # noqa: BLE001 - a GPU that does not report power
                 out[i] = (None, None)
         return out

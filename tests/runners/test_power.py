@@ -39,8 +39,9 @@ def test_reads_through_the_runner_from_a_real_process(tmp_path):
     """A stand-in `nvidia-smi` program on the host (a script printing the H100 x8 capture) read through LocalRunner:
     the query's arguments reach it, the GPUs asked for are passed with -i, and the sampler averages its rows."""
     smi = tmp_path / "nvidia-smi"
-    smi.write_text(f"#!{sys.executable}\nimport sys\nopen({str(tmp_path / 'argv')!r}, 'w').write(' '.join(sys.argv[1:]))\n"
-                   f"print(open({str(FIX / 'h100x8-tp8-busy.power.csv')!r}).read(), end='')\n")
+    argv_file, capture = str(tmp_path / "argv"), str(FIX / "h100x8-tp8-busy.power.csv")
+    smi.write_text(f"#!{sys.executable}\nimport sys\nopen({argv_file!r}, 'w').write(' '.join(sys.argv[1:]))\n"
+                   f"print(open({capture!r}).read(), end='')\n")
     smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
     read = smi_reader(LocalRunner(), [str(smi)], [0, 1, 2, 3, 4, 5, 6, 7])
     got = Sampler(read, "nvidia-smi", interval_s=0.01).start().stop()
@@ -51,3 +52,23 @@ def test_reads_through_the_runner_from_a_real_process(tmp_path):
 def test_a_host_without_nvidia_smi_gives_no_power(tmp_path):
     read = smi_reader(LocalRunner(), [str(tmp_path / "no-such-nvidia-smi")], None)
     assert Sampler(read, "nvidia-smi", interval_s=0.01).start().stop() == {}
+
+
+def test_nvml_reader_reads_milliwatts_and_none_without_the_module(tmp_path, monkeypatch):
+    """NVML's API as `nvidia-ml-py` exposes it (power in milliwatts); no GPU here, so a module with its five calls."""
+    from tunectl.runners.server.power import nvml_reader
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)       # not installed: no NVML reader (nvidia-smi then)
+    assert nvml_reader(None) is None
+    (tmp_path / "pynvml.py").write_text(
+        "class _U:\n    gpu = 87\n"
+        "def nvmlInit(): pass\n"
+        "def nvmlDeviceGetCount(): return 2\n"
+        "def nvmlDeviceGetHandleByIndex(i): return i\n"
+        "def nvmlDeviceGetPowerUsage(h): return 612470 if h == 0 else 598010\n"
+        "def nvmlDeviceGetUtilizationRates(h): return _U()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    read = nvml_reader([1])
+    assert read is not None and read() == {1: (598.01, 87.0)}
+    assert nvml_reader(None)() == {0: (612.47, 87.0), 1: (598.01, 87.0)}

@@ -19,6 +19,7 @@ from tunectl.crashes.classifier import classify
 from tunectl.profile import load_profile
 from tunectl.search.space import is_active
 from tunectl.sim.model import load_card, virtual_ladder
+from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator, read_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +139,19 @@ def test_the_servers_acceptance_length_reaches_the_level(tmp_path: Path) -> None
     for lv in levels:
         assert lv["metrics"]["spec_accept_length"] == pytest.approx(want, abs=0.01)     # from the decode lines
         assert lv["witness"]["server_spec_accept_length"] == pytest.approx(want, abs=0.01)   # from /metrics
+
+
+@pytest.mark.parametrize("path,speculates", [(LOW, True), (HIGH, False)])
+def test_the_search_finds_speculative_decoding_where_it_pays(path: Path, speculates: bool, tmp_path: Path) -> None:
+    # one space, two objectives: the winner of a short search (noise on, finalists raced) speculates at 1-16
+    # streams and not at 256-1,024 (the full table: bench/spec_crossover.py, docs/search.md)
+    prof = load_profile(path)
+    out = run_search(prof, trials=16, root=tmp_path, evaluate=VirtualEvaluator(prof, 0), seed=0,
+                     storage_url=f"memory:spec:{path.name}")
+    assert out.best is not None
+    params = out.best["params"]
+    assert (params.get("speculative-algorithm", "none") != "none") is speculates
+    if speculates:                    # and it pays: the same config without it reads far less (noise off)
+        true = VirtualEvaluator(prof, 0, noise=0.0)
+        off = {**params, "speculative-algorithm": "none"}
+        assert true(0, params, "search").best_output_throughput > 1.3 * true(1, off, "search").best_output_throughput

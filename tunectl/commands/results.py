@@ -120,6 +120,9 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
                           "with one: the page works offline)", highlight=False, markup=False, soft_wrap=True)
 
 
+DIGITS = {"j_per_token": 3, "usd_per_mtok": 2}      # energy and cost columns of `trials`
+
+
 @app.command()
 @one_line_errors
 def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
@@ -150,8 +153,7 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
                     *([r["capacity"] or "-"] if cap else []),
                     *(f"{r['per_workload'].get(w, 0.0):,.0f}" for w in labels),
                     str(r["peak_concurrency"] or "-"),
-                    *("-" if r[k] is None else f"{r[k]:,.{3 if k == 'j_per_token' else 2 if k == 'usd_per_mtok' else 0}f}"
-                      for k, _ in per_tok),
+                    *("-" if r[k] is None else f"{r[k]:,.{DIGITS.get(k, 0)}f}" for k, _ in per_tok),
                     str(r["max_stable_concurrency"]), escape(crash))
     show_table(tab, keep=("role", "status"))
 
