@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunectl import knobs
+from tunectl.flags import bundled_flags
 from tunectl.models import LOWER, RAISE
 from tunectl.profile import ParamSpec, SearchSpec
 from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
-from tunectl.versions import ANY, FlagGone, bundled_versions, translate
+from tunectl.versions import ANY, FlagGone, bundled_versions, deprecations, translate
 
 RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
 
@@ -30,7 +31,7 @@ def spellings(flag: str) -> frozenset[str]:
     """A flag's names across the bundled SGLang versions where only the name changed: the search's own targets
     (graph max bs, mem fraction, ...) are spelled as 0.5.9 spells them, a knob as its profile's version does
     (`cuda-graph-max-bs` is 0.5.17's deprecated alias of `cuda-graph-max-bs-decode` and gone in 0.5.23). Not a
-    flag a deprecation replaces by others with set values (`disable-cuda-graph`)."""
+    flag a deprecation replaces by others with set values (`disable-cuda-graph`: its `stand_ins`)."""
     out = {flag}
     for src in bundled_versions():
         for dst in bundled_versions():
@@ -43,12 +44,51 @@ def spellings(flag: str) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=256)
+def stand_ins(flag: str) -> dict[str, Any]:
+    """The flags a deprecation replaces switch `flag` by in the bundled versions, each with the value that stands
+    for `flag` on: 0.5.17 and 0.5.23 turn graphs off with `cuda-graph-backend-{decode,prefill}: disabled`, their
+    `disable-cuda-graph` is a deprecated alias for both (the crash repairs are resolved the same way)."""
+    out: dict[str, Any] = {}
+    for version in bundled_versions():
+        spec, dep = bundled_flags(version).get(flag), deprecations(version).get(flag)
+        if spec is not None and dep is not None and not spec.takes_value:
+            out.update((n, v) for n, v in dep.replaced_by if v is not None)
+    return out
+
+
+def _stand_in(name: str, spec: ParamSpec, target: str) -> str | None:
+    own = knobs.target(name, spec)
+    key = own.key.replace("_", "-")
+    return key if own.kind == "flag" and key in stand_ins(target.replace("_", "-")) else None
+
+
 def drives(name: str, spec: ParamSpec, target: str) -> bool:
-    """Does knob `name` set the repair's target (flag, under any of its `spellings`; env variable or patch)?"""
+    """Does knob `name` set the repair's target (flag, under any of its `spellings` or `stand_ins`; env variable or
+    patch)?"""
     own = knobs.target(name, spec)
     if own.kind == "flag":
-        return own.key.replace("_", "-") in spellings(target.replace("_", "-"))
+        return own.key.replace("_", "-") in spellings(target.replace("_", "-")) or bool(_stand_in(name, spec, target))
     return own.key == target
+
+
+def as_target(name: str, spec: ParamSpec, target: str, value: Any) -> Any:
+    """Knob `name`'s value as the target's: a stand-in's value says whether the switch is on (`disabled` -> True)."""
+    key = _stand_in(name, spec, target)
+    return value if key is None or value is None else value == stand_ins(target.replace("_", "-"))[key]
+
+
+def knob_change(name: str, spec: ParamSpec, target: str, change: Any) -> Any:
+    """The repair's change as knob `name` takes it: on a stand-in, the switch set is its value (`disabled`), the
+    switch unset the knob's default or first other choice (`full`), a direction nothing (None)."""
+    key = _stand_in(name, spec, target)
+    if key is None:
+        return change
+    off = stand_ins(target.replace("_", "-"))[key]       # the value that stands for the switch set (graphs off)
+    if change is True:
+        return off
+    others = [c for c in [spec.default, *(spec.choices or ())] if c is not None and c != off]
+    return others[0] if change is False and others else None
 
 
 def _allowed(spec: ParamSpec, values: list[Any], value: Any) -> bool:
@@ -94,7 +134,8 @@ def repair_moves(search: SearchSpec, params: dict[str, Any], repairs: Sequence[t
             spec = search.space[name]
             if not drives(name, spec, target) or not is_active(spec, params):
                 continue
-            value = repaired_value(spec, grid[name], params.get(name), change, (bounds or {}).get(target))
+            value = repaired_value(spec, grid[name], params.get(name), knob_change(name, spec, target, change),
+                                   (bounds or {}).get(target))
             if value is not None and {name: value} not in moves:
                 moves.append({name: value})
     return moves
@@ -110,10 +151,10 @@ def repaired_configs(search: SearchSpec, params: dict[str, Any], repairs: Sequen
     out = []
     for move in repair_moves(search, params, repairs, bounds):
         cand = complete({**params, **move})
-        for name in [n for n in cand if n not in params and n not in move]:
-            spec = search.space[name]
+        for name in [n for n in knob_order(search.space) if n not in params and n not in move]:
+            spec = search.space[name]              # newly active: `complete` may have drawn no value for it
             bound = next((b for t, b in (bounds or {}).items() if drives(name, spec, t)), None)
-            if bound is not None and numeric(grid[name]):
+            if is_active(spec, cand) and bound is not None and numeric(grid[name]):
                 values = sorted(grid[name])
                 cand[name] = next((v for v in values if v >= bound), values[-1])
         out.append(cand)
@@ -177,7 +218,7 @@ MEMORY_TARGETS = (MEM_FRACTION, GRAPH_MAX_BS, CHUNK, MAX_RUNNING)
 
 def knob_value(search: SearchSpec, params: dict[str, Any], target: str) -> Any:
     """The value `params` give the knob that drives `target` (None: no such knob, or it is not active)."""
-    return next((params[name] for name, spec in search.space.items()
+    return next((as_target(name, spec, target, params[name]) for name, spec in search.space.items()
                  if name in params and drives(name, spec, target)), None)
 
 
@@ -186,8 +227,9 @@ def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any],
     """Changes a served config's own log asks for, as (repairs, bounds) like a crash's (soft evidence, no crash):
     - decode batches above the captured CUDA graph sizes ran without graphs (`cuda graph: False` at a batch larger
       than `cuda-graph-max-bs`, graphs on): raise the graph max bs to cover the largest such batch;
-    - graphs off: switch them on, with a graph max bs that covers the largest batch logged (not the knob's
-      baseline, which `complete` would give a newly active knob);
+    - graphs off (`disable-cuda-graph`, or 0.5.17's `cuda-graph-backend-decode: disabled` knob, a `stand_ins`):
+      switch them on, with a graph max bs that covers the largest batch logged (not the knob's baseline, which
+      `complete` would give a newly active knob);
     - the running batch stood at `max_running_requests` with requests queued and no retraction (admission held
       them, not the KV pool): raise max-running-requests to running + queued, at most what the pool holds;
     - the running batch stood below that cap with requests queued and the KV pool full (the pool held them): an
@@ -197,7 +239,7 @@ def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any],
     missed, graph_bs = facts.get("decode_bs_nograph_max", 0), knob_value(search, params, GRAPH_MAX_BS)
     if not flags.get(NO_GRAPHS) and isinstance(graph_bs, int) and missed > graph_bs:
         out.append(([(GRAPH_MAX_BS, RAISE)], {GRAPH_MAX_BS: missed}))
-    if flags.get(NO_GRAPHS) is True and knob_value(search, params, NO_GRAPHS) is True and missed:
+    if knob_value(search, params, NO_GRAPHS) is True and missed:
         out.append(([(NO_GRAPHS, False)], {GRAPH_MAX_BS: missed}))
     queued, cap = facts.get("decode_queue_at_cap", 0), facts.get("max_running_requests")
     running = knob_value(search, params, MAX_RUNNING)

@@ -23,6 +23,7 @@ from tunectl.search.repair import (
     drives,
     footprint,
     graph_room,
+    knob_value,
     log_hints,
     lookup,
     numeric,
@@ -361,8 +362,9 @@ class Steps:
                      if outcome(t) == "ok" and "available_gpu_mem_gb" in facts(t)), default=None)
 
         def room_from(served: FrozenTrial) -> Callable[[dict[str, Any]], dict[str, Any]]:
-            if graph_gb is None or floor is None or \
-                    knobs.merge(self.prof, dict(served.params))[0].get(NO_GRAPHS) is not True:
+            off = knobs.merge(self.prof, dict(served.params))[0].get(NO_GRAPHS) is True or \
+                knob_value(self.prof.search, dict(served.params), NO_GRAPHS) is True   # 0.5.17: a stand-in knob
+            if graph_gb is None or floor is None or not off:
                 return _as_is                   # nothing to size graphs by, or graphs on already
             params, logged = dict(served.params), facts(served)
             return lambda cand: graph_room(self.prof.search, cand, params, logged, graph_gb, floor)

@@ -5,7 +5,7 @@
 # continues where the last one stopped.
 #
 #   bench/gpu/landscape.sh pack OVERLAY_DIR WHEELS_DIR OUTDIR N   (here) the SGLang overlay's parts
-#       (/work/shared/gpu/build-sglang-overlay.sh), tunectl's wheels (bench/gpu/pack.sh) and the small tokenizer,
+#       (the overlay build script of docs/real-gpu.md), tunectl's wheels (bench/gpu/pack.sh) and the small tokenizer,
 #       as N folders OUTDIR/p1..pN of equal size (each carried by one device call)
 #   bench/gpu/landscape.sh stage PARTDIR N                        (GPU machine) collects a part under /tmp/ls-stage;
 #       after the N-th: overlay importable by python3, tunectl's wheels, the model folder /tmp/sgl-stage/llama8b

@@ -1,13 +1,14 @@
-"""Writes a landscape's design.yaml (docs/real-gpu.md, "Measured landscapes"): the full factorial of a small space
-of SGLang flags, in the order it is to be measured, so that a lease that stops part-way still leaves a balanced
-subset behind.
+"""Writes a landscape's design.yaml (docs/real-gpu.md, "Measured landscapes"): the full factorial of a small
+space of SGLang flags, in the order it is to be measured, so that a lease that stops part-way still leaves a
+balanced subset behind.
 
-Order: the half of the 2^3 part (max-running x chunked prefill x KV dtype) whose coded product is +1 comes first
-(each of those three knobs at each value equally often), crossed with the three CUDA-graph settings in a Latin
-order (every run of three configs has the three graph settings and three different 2^3 cells); then the other half
-in the same way. Config ids (c00 ...) follow that order.
+Order: the half of the 2^3 part (max-running x chunked prefill x KV dtype) whose coded product is +1 comes
+first (each of those three knobs at each value equally often), crossed with the three CUDA-graph settings in a
+Latin order (every run of three configs has the three graph settings and three different 2^3 cells); then the
+other half in the same way. Config ids (c00 ...) follow that order.
 
-  python3 bench/gpu/landscape_design.py NAME GPU OUT.yaml [PROFILE]   (default profiles/real-llama8b-h100.yaml)
+  python3 bench/gpu/landscape_design.py NAME GPU OUT.yaml [PROFILE]
+  (PROFILE: default profiles/real-llama8b-h100.yaml)
 """
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def configs() -> list[dict[str, Any]]:
 def design(name: str, gpu: str, profile: str = "profiles/real-llama8b-h100.yaml") -> dict[str, Any]:
     return {
         "name": name,
-        "model": {"description": "Llama-3.1-8B-shaped (32 layers, hidden 4096, 32 heads, 8 KV heads, intermediate "
-                                 "14336, llama3 rope), bf16 random weights (--load-format dummy), vocabulary 4,096",
+        "model": {"description": "Llama-3.1-8B-shaped (32 layers, hidden 4096, 32 heads, 8 KV heads, "
+                                 "intermediate 14336, llama3 rope), bf16 random weights "
+                                 "(--load-format dummy), vocabulary 4,096",
                   "config": "bench/gpu/llama8b/config.json"},
         "gpu": gpu,
         "sglang": "0.5.17",
@@ -68,4 +70,5 @@ def design(name: str, gpu: str, profile: str = "profiles/real-llama8b-h100.yaml"
 
 if __name__ == "__main__":
     Path(sys.argv[3]).parent.mkdir(parents=True, exist_ok=True)
-    Path(sys.argv[3]).write_text(yaml.safe_dump(design(*sys.argv[1:3], *sys.argv[4:5]), sort_keys=False, width=120))
+    text = yaml.safe_dump(design(*sys.argv[1:3], *sys.argv[4:5]), sort_keys=False, width=120)
+    Path(sys.argv[3]).write_text(text)
