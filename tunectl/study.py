@@ -225,6 +225,9 @@ def _run_search(prof: Profile, trials: int | None, study_name: str | None, stora
     ws = _load_warm(warm_start, name, prof, root, storage_url)
     fleet = Fleet(prof, runners, store, evaluate, on_event, parallel, spawn)
     try:
+        if evaluate is None:                     # the profile's own mistakes: before a study (or its folder) exists
+            for host_prof, runner in fleet.hosts():
+                preflight(host_prof, runner, on_event, CONFIG_CHECKS)
         with running(store):                   # `tunectl check` asks it: this study's servers are not leftovers
             return _search(fleet, prof, trials, name, store, ws, storage_url, seed, evaluate, heartbeat_s,
                            in_memory, started)
@@ -236,9 +239,6 @@ def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: S
             ws: warmstart.WarmStart | None, storage_url: str | None, seed: int | None, evaluate: Evaluate | None,
             heartbeat_s: int, in_memory: bool, started: float) -> SearchOutcome:
     on_event, runners = fleet.on_event, fleet.runners
-    if evaluate is None:                         # the profile's own mistakes: before a study exists
-        for host_prof, runner in fleet.hosts():
-            preflight(host_prof, runner, on_event, CONFIG_CHECKS)
     url = storage_url_for(storage_url) if storage_url else default_storage_url(store.dir)
     seed = prof.search.seed if seed is None else seed
     n_trials = trials or prof.search.trials
