@@ -1,5 +1,5 @@
 """Speculative decoding found per objective: a search on the low-concurrency profile must pick it, one on the
-high-concurrency profile must leave it off (issue 36, docs/search.md "Speculative decoding").
+high-concurrency profile must leave it off (docs/search.md "Speculative decoding").
 
 For each profile: the card's best over the profile's grid (noise-free, exhaustive: bench/search_efficiency.py's
 scan), the best without speculative decoding and the best with it; then `--seeds` full searches (`run_search` on the

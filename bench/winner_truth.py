@@ -6,7 +6,7 @@ declared winner's TRUE value, the card's noise-free model (`VirtualEvaluator(noi
 (its documented optimum, or `--scan`). Reported per card: the share of seeds whose winner's true value is within 2%
 of the best, how often the claimed gain over the baseline lies inside its own 95% interval of the true gain, the
 winner's curse (claimed gain / true gain - 1: mean and worst), ties declared, and the reruns the race spent.
-Targets (issue 38): >= 90% of seeds within 2%, the true gain inside the claimed interval in >= 90%, on every card.
+Targets: >= 90% of seeds within 2%, the true gain inside the claimed interval in >= 90%, on every card.
 
     python bench/search_efficiency.py --truth [--profiles all|P1,P2] [--seeds 30] [--trials 40] [--jobs 2]
         [--budget-reruns N]

@@ -1,4 +1,4 @@
-"""Energy and cost per token (tunectl/energy.py, issue 36 parts 4-5): the figures, the profile's `cost:` block, the
+"""Energy and cost per token (tunectl/energy.py): the figures, the profile's `cost:` block, the
 objectives `tokens_per_joule` / `tokens_per_dollar`, and their columns in trials, export and the report."""
 from __future__ import annotations
 

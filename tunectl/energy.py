@@ -1,4 +1,4 @@
-"""Energy and cost per token (issue 36): a level's GPU power and the profile's `cost:` block as per-token figures.
+"""Energy and cost per token: a level's GPU power and the profile's `cost:` block as per-token figures.
 
 One home for the arithmetic, used by the live ladder (runners/server/ladder.py, power sampled on the host) and the
 stand-in's virtual clock (tunectl/virtual.py). All figures are per level, in the level's metrics, beside

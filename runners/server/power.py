@@ -1,4 +1,4 @@
-"""GPU power sampled on the host while a level runs (issue 36): per GPU, the board's `power.draw` and utilization.
+"""GPU power sampled on the host while a level runs: per GPU, the board's `power.draw` and utilization.
 
 Two readers, one sample format {gpu index: (watts or None, utilization % or None)}:
 - NVML through `nvidia-ml-py` (`import pynvml`), when the server runs on this machine (the local runner), real

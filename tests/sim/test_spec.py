@@ -1,4 +1,4 @@
-"""Speculative decoding (issue 36): the knobs' scopes from SGLang's source, the startup refusals classified from
+"""Speculative decoding: the knobs' scopes from SGLang's source, the startup refusals classified from
 SGLang 0.5.9's own text, the stand-in's acceptance length read back through a level, and the crossover (it wins
 at low concurrency and loses at high)."""
 from __future__ import annotations
