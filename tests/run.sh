@@ -70,6 +70,6 @@ pip_quiet -e ".[test]"
 # GPU serving stack, plus what the client imports.
 pip_quiet --no-deps "sglang==0.5.9"
 pip_quiet pybase64 transformers datasets requests IPython
-# Two workers (pytest-xdist): most tests wait on servers and clients, so the suite runs in about half the time on two
-# cores; the Slurm tests share one cluster and run in one worker (tests/conftest.py). TUNECTL_TEST_WORKERS=0: serial.
-"$py" -m pytest -q -n "${TUNECTL_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# Serial by default: the kill -9 tests time their kill against a live trial, and two workers on two cores move it.
+# TUNECTL_TEST_WORKERS=2 runs two pytest-xdist workers (about half the time; the Slurm tests in one worker).
+"$py" -m pytest -q -n "${TUNECTL_TEST_WORKERS:-0}" --dist loadgroup "$@"
