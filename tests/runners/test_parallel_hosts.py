@@ -98,16 +98,28 @@ def test_two_hosts_two_slots_each_one_study_one_report_and_kill_9(tmp_path: Path
     kept = {t.number: t.values for t in optuna.load_study(study_name="two", storage=storage).trials
             if t.state == TrialState.COMPLETE}
     assert kept and len(in_flight) >= 2
+    recorded = {}                                 # in flight for Optuna, but the trial had written its last word
+    for n in in_flight:
+        try:
+            status = read_json(store.trial_dir(n) / "trial.json").get("status")
+        except (OSError, ValueError):
+            continue
+        if status in ("ok", "crashed", "pruned", "infra"):
+            recorded[n] = status
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, (res.output[-3000:], res.exception)
     out = json.loads(res.stdout[res.stdout.index("{"):])
     assert out["trials"] == 6, res.output[-3000:]
     trials = optuna.load_study(study_name="two", storage=storage).trials
     assert {n: trials[n].values for n in kept} == kept                          # nothing finished is lost
-    for n in in_flight:                                                         # each re-queued, run again
+    for n in in_flight:
         retry = [t for t in trials if t.user_attrs.get("retry_of") == n]
-        # with every value the killed trial had drawn (one killed while the sampler was still drawing its values
-        # has only some: the retry draws the rest)
+        if n in recorded:                         # its final trial.json was written before the kill: told that, once
+            assert not retry and trials[n].state in (TrialState.COMPLETE, TrialState.FAIL), (n, recorded[n])
+            assert recorded[n] != "ok" or trials[n].state == TrialState.COMPLETE, (n, recorded[n])
+            continue
+        # re-queued, run again with every value the killed trial had drawn (one killed while the sampler was still
+        # drawing its values has only some: the retry draws the rest)
         assert trials[n].state == TrialState.FAIL and len(retry) == 1
         assert trials[n].params.items() <= retry[0].params.items()
     store = StudyStore("two", root)

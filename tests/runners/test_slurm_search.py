@@ -83,6 +83,22 @@ def job_pids(job_id: str) -> list[int]:
     return out
 
 
+def ready_to_kill(store: StudyStore) -> list[int]:
+    """The two trials whose jobs run while two others are done, else []."""
+    recs = records(store)
+    running = sorted(n for n, r in recs.items() if "started_at" in r and "state" not in r)
+    done = sum(r.get("state") == "COMPLETED" for r in recs.values())
+    return running if done >= 2 and len(running) == 2 else []
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def test_six_trials_two_jobs_at_a_time_then_kill_9_and_rerun(tmp_path: Path, slurm) -> None:
     """The dead coordinator's two jobs run on; the rerun (`on_resume: wait`) awaits them and tells the study what
     they wrote: nothing finished is lost, nothing runs twice, no job is left."""
@@ -93,21 +109,27 @@ def test_six_trials_two_jobs_at_a_time_then_kill_9_and_rerun(tmp_path: Path, slu
     err = tmp_path / "coordinator.err"
     proc = subprocess.Popen([sys.executable, "-m", "tunectl", *args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=open(err, "wb"))
+    frozen: list[int] = []
     try:
         deadline = time.monotonic() + 240
         while True:                                  # two trials done, two jobs running: kill -9
-            recs = records(store).values()
-            if sum(r.get("state") == "COMPLETED" for r in recs) >= 2 and sum(
-                    "started_at" in r and "state" not in r for r in recs) == 2:
-                break
+            in_flight = ready_to_kill(store)
+            if in_flight:                            # hold the two jobs still so neither ends before the kill
+                jobs = [read_json(store.trial_dir(n) / "slurm.json")["job_id"] for n in in_flight]
+                frozen = [pid for job in jobs for pid in job_pids(str(job))]
+                signal_all(frozen, signal.SIGSTOP)
+                if ready_to_kill(store) == in_flight and len(ours_left(slurm, "six")) == 2:
+                    break
+                signal_all(frozen, signal.SIGCONT)   # one ended meanwhile: wait for the next moment
+                frozen = []
             assert time.monotonic() < deadline and proc.poll() is None, err.read_text()[-2000:] + slurm.log_tail()
             time.sleep(0.2)
-        in_flight = [n for n, r in records(store).items() if "started_at" in r and "state" not in r]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
         if proc.poll() is None:
             proc.kill()
+        signal_all(frozen, signal.SIGCONT)
     storage = f"sqlite:///{store.dir / 'study.db'}"
     kept = {t.number: t.values for t in optuna.load_study(study_name="six", storage=storage).trials
             if t.state == TrialState.COMPLETE}
