@@ -25,6 +25,7 @@ a repair step and the crash or log hint it answered) and what came of them (gain
 from __future__ import annotations
 
 import argparse
+import os
 import collections
 import itertools
 import multiprocessing
@@ -47,6 +48,9 @@ from tunectl.search.study import open_storage
 from tunectl.profile import Profile, load_profile
 from tunectl.study import run_search
 from tunectl.virtual import VirtualEvaluator
+
+
+NO_POOL = "TUNECTL_BENCH_NO_POOL"            # --no-pool, for the worker processes
 
 
 def one_per_card() -> list[str]:
@@ -129,6 +133,7 @@ def one_run(job: tuple[str, str, int, int, float, bool, int]) -> dict[str, Any]:
         p.search.try_first = []                 # the search on its own: no hand-listed start
     p.search.sampler = sampler  # type: ignore[assignment]
     p.search.finalists.top_k = 0
+    p.search.pool = os.environ.get(NO_POOL) != "1"
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as root:
         url = f"memory:{path}:{sampler}:{seed}:{parallel}"        # the loop's storage calls, without SQLite's cost
@@ -261,7 +266,11 @@ def main() -> None:
                     "value against the card's best, and the winner's curse (bench/winner_truth.py)")
     ap.add_argument("--budget-reruns", type=int, default=None, help="--truth: the race's rerun budget (default: "
                     "the profile's search.finalists.budget)")
+    ap.add_argument("--no-pool", action="store_true", help="search.pool off: each config ranked on its own readings "
+                    "(the walk's incumbent and the race; search/pooling.py)")
     args = ap.parse_args()
+    if args.no_pool:
+        os.environ[NO_POOL] = "1"               # before the worker processes fork: they inherit it
     if args.truth:
         from bench import winner_truth
 

@@ -14,6 +14,7 @@ Targets: >= 90% of seeds within 2%, the true gain inside the claimed interval in
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -51,8 +52,11 @@ def one_run(job: tuple[str, int, int, float, int | None]) -> dict[str, Any]:
 def _one_run(job: tuple[str, int, int, float, int | None]) -> dict[str, Any]:
     path, seed, trials, target, budget = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    from bench.search_efficiency import NO_POOL
+
     prof = load_profile(path)
     prof.search.try_first = []
+    prof.search.pool = os.environ.get(NO_POOL) != "1"
     if budget is not None:
         prof.search.finalists.budget = budget
     url = f"memory:truth:{path}:{seed}:{budget}"

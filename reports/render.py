@@ -141,7 +141,8 @@ def _tables_html(r: dict[str, Any]) -> str:
     crashes = r["crash_map"]["crashes"]
     fin = [{**g, "runs": " / ".join(f"#{x['trial']} {x['output_throughput']:,.0f}" for x in g["runs"]),
             "95% interval": f"{g['ci95'][0]:,.0f}-{g['ci95'][1]:,.0f}" if g.get("ci95") else "-",
-            "spread": f"{g['launch_spread']:.1%}" if g.get("launch_spread") is not None else "-"}
+            "spread": f"{g['launch_spread']:.1%}" if g.get("launch_spread") is not None else "-",
+            "pooled estimate": f"{g['estimate']:,.0f}" if "estimate" in g else "-"}
            for g in r["finalists"]]
     labels = workload_columns(r["trials"])
     rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>',
@@ -160,8 +161,12 @@ def _tables_html(r: dict[str, Any]) -> str:
            if crashes else "<p>No crashes.</p>")
         + "</section><section id='finalists'><h2>Finalists and reruns</h2>"
         + (_table(fin, ["params", "search_trial", "runs", "ok_runs", "mean_output_throughput", "95% interval",
+                        *(["pooled estimate"] if any("estimate" in g for g in r["finalists"]) else []),
                         "spread", "min_output_throughput", "max_output_throughput"])
            if fin else "<p>No finalists yet.</p>")
+        + ("<p>pooled estimate: what the race ranked the configs by, each config's launches weighed against what the "
+           "other configs' readings predict for it (<code>search.pool</code>); the number given for a config is the "
+           "mean of its own launches.</p>" if any("estimate" in g for g in r["finalists"]) else "")
         + "</section><section id='all-trials'><h2>All trials</h2>"
         + "<p>key flags: the knobs where a trial differs from the baseline.</p>"
         + "<p>confirmed: the mean over a config's fresh launches where the finalists' race re-ran it (the "

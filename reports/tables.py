@@ -85,7 +85,7 @@ def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = No
                     "min_output_throughput": min(tps, default=0.0),
                     "max_output_throughput": max(tps, default=0.0), "verdict": ""})
         _raced(out[-1], raced.get(origin.get(key)))
-    return sorted(out, key=lambda g: -g["mean_output_throughput"])
+    return sorted(out, key=lambda g: -g.get("estimate", g["mean_output_throughput"]))
 
 
 def _raced(group: dict[str, Any], v: dict[str, Any] | None) -> None:
@@ -95,6 +95,8 @@ def _raced(group: dict[str, Any], v: dict[str, Any] | None) -> None:
         return
     group.update({"mean_output_throughput": v["score"], "ci95": v.get("ci95") or group["ci95"],
                   "verdict": v.get("reason", "")})
+    if v.get("estimate") and abs(v["estimate"] - v["score"]) > 1e-9 * max(1.0, abs(v["score"])):
+        group["estimate"] = v["estimate"]      # pooled with the other configs (search.pool): the race's ranking
 
 
 def key_flags(t: TrialResult, base: TrialResult | None) -> dict[str, Any]:

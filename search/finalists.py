@@ -56,10 +56,18 @@ class FinalistVerdict:
     ci95: list[float] = field(default_factory=list)   # the score's 95% interval over the launches
     launches: int = 0                          # fresh launches the score rests on
     launch_spread: float = 0.0                 # (max - min) / mean of the launches' values
+    estimate: float = 0.0                      # what the race ranked it by: its launches pooled with the others'
+    estimate_ci95: list[float] = field(default_factory=list)   # (search/pooling.py); the score's own without a model
 
     @property
     def interval(self) -> Interval:
         return Interval.of(self.score, self.ci95 or None, self.launches)
+
+    @property
+    def ranked(self) -> Interval:
+        if not self.estimate:
+            return self.interval
+        return Interval.of(self.estimate, self.estimate_ci95 or None, self.launches)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,8 +86,8 @@ def spent(trials: list[FrozenTrial]) -> int:
     return sum(role(t) == "finalist" and t.state != TrialState.FAIL for t in trials)
 
 
-def standings(trials: list[FrozenTrial], prior: float) -> race.Standings:
-    return race.standings(trials, candidates(trials), prior, is_rerun, feasible)
+def standings(trials: list[FrozenTrial], prior: float, pool: Any = None) -> race.Standings:
+    return race.standings(trials, candidates(trials), prior, is_rerun, feasible, pool)
 
 
 def enqueue(study: optuna.Study, entries: list[race.Entry]) -> int:
@@ -100,7 +108,8 @@ def verdicts(st: race.Standings) -> list[FinalistVerdict]:
             continue
         v = FinalistVerdict(trial=e.trial, params=dict(e.params), search_value=e.values[0] if e.values else 0.0,
                             pending=e.pending, survived=e.confirmed, score=e.mean, launches=e.n,
-                            ci95=[e.interval.low, e.interval.high], launch_spread=spread(e.values))
+                            ci95=[e.interval.low, e.interval.high], launch_spread=spread(e.values),
+                            estimate=e.ranked.value, estimate_ci95=[e.ranked.low, e.ranked.high])
         v.runs = [{"trial": n, "value": val, "feasible": True, "crash_class": None, "crash_level": None}
                   for n, val in zip(e.runs[1:], e.values[1:])]
         if e.crashed is not None:
@@ -122,15 +131,15 @@ def trial_interval(t: FrozenTrial) -> Interval:
 
 
 def winner(verdicts: list[FinalistVerdict], top_k: int = 0) -> FinalistVerdict | None:
-    """The best confirmed value (two or more launches, no crash): never a single reading."""
+    """The best confirmed estimate (two or more launches, no crash): never a single reading."""
     alive = [v for v in verdicts if v.survived]
-    return max(alive, key=lambda v: v.score) if alive else None
+    return max(alive, key=lambda v: v.ranked.value) if alive else None
 
 
 def ties(verdicts: list[FinalistVerdict], win: FinalistVerdict) -> list[int]:
     """Raced configs the winner does not beat beyond the noise: their intervals overlap (or lie above, unconfirmed)."""
     return [v.trial for v in verdicts if v.trial != win.trial and not v.reason.startswith("demoted")
-            and compare(win.interval, v.interval) != "above"]
+            and compare(win.ranked, v.ranked) != "above"]
 
 
 def baseline_interval(trials: list[FrozenTrial], prior: float = 0.05) -> Interval | None:

@@ -5,6 +5,7 @@ bound by tunectl/study.py) and `cleanup(n)` (tear down what trial n left) and re
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -14,13 +15,13 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
-from tunectl.search import race
+from tunectl.search import pooling, race
 from tunectl.search.feedback import Verdict, is_infra, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params, snap
 from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
-from tunectl.search.steps import Steps, counted, finished, ran
+from tunectl.search.steps import Steps, admission, counted, finished, ran
 from tunectl.search.study import (
     HOST_ATTR,
     Heartbeat,
@@ -309,11 +310,16 @@ class SearchLoop:
             return []
         while self._race_round(cfg.reruns, cfg.budget, cfg.noise) or self._others_racing():
             self.drain()
-        st = fin.standings(self.trials(), cfg.noise)
+        st = fin.standings(self.trials(), cfg.noise, self._pool())
         self.stats.verdicts = fin.verdicts(st)
-        self.stats.race = {"rule": race.RULE, "budget": cfg.budget, "spent": fin.spent(self.trials()),
-                           "noise": st.noise, "noise_launches": st.noise_df}
+        self.stats.race = {"rule": race.rule(st), "budget": cfg.budget, "spent": fin.spent(self.trials()),
+                           "noise": st.noise, "noise_launches": st.noise_df,
+                           "misfit": st.misfit if math.isfinite(st.misfit) else None}
         return self.stats.verdicts
+
+    def _pool(self) -> pooling.Pool | None:
+        """The race's pooled ranking (search/pooling.py), None where the profile turns it off."""
+        return pooling.pool_for(self.prof.search, admission(self.prof)) if self.prof.search.pool else None
 
     def _others_racing(self) -> bool:
         """Another worker's rerun still runs: wait for it, so every worker names the winner from the same launches
@@ -333,7 +339,7 @@ class SearchLoop:
             lock.acquire(blocking=True)
         try:
             trials = self.trials()
-            st = fin.standings(trials, prior)
+            st = fin.standings(trials, prior, self._pool())
             picks = race.next_round(st, reruns, budget - fin.spent(trials))
             fin.enqueue(self.study, picks)
         finally:

@@ -6,12 +6,15 @@ the noise, until the leader's interval separates from the rest or the rerun budg
   launches, with the profile's prior (`search.finalists.noise`, real GPUs: ~5%, docs/real-gpu.md) counted as
   `PRIOR_DF` launches' worth, so a config run once has an honest interval (+-2 sd), never a point; never narrower
   than the launches' own level intervals allow.
-- The leader is the config with the best mean; its contenders are the configs whose interval overlaps the leader's.
+- Pooled (`search.pool`, search/pooling.py): each config's launches weighed against what the value model predicts
+  for it from the other configs; the race ranks by that estimate and its interval (a lucky reading that its knob
+  values do not explain ranks lower), while the number printed for a config stays the mean of its own launches.
+- The leader is the config ranked first; its contenders are the configs whose interval overlaps the leader's.
   A round queues the leader's missing reruns (it rests on 1 + `reruns` launches at least, and on as many as any
   contender), then one rerun of each contender, the highest upper bound first, as far as the budget goes. A rerun
   that crashes demotes its config.
-- The winner is the best confirmed value (two or more launches, none crashed), never a single reading; the configs
-  whose intervals still overlap the winner's are tied with it and named.
+- The winner is the best-ranked confirmed config (two or more launches, none crashed), never a single reading; the
+  configs whose intervals still overlap the winner's are tied with it and named.
 """
 from __future__ import annotations
 
@@ -28,6 +31,15 @@ ROUND = 3               # contenders re-run per round (the highest upper bounds)
 PRIOR_DF = 4            # the prior spread counts as this many launches' worth of evidence
 RULE = ("every config whose 95% interval overlaps the leader's is re-run on fresh launches until the leader "
         "separates or the rerun budget is spent; the winner is the best mean over two or more launches")
+POOLED = ("every config whose 95% interval overlaps the leader's is re-run on fresh launches until the leader "
+          "separates or the rerun budget is spent; configs are ranked by their launches pooled with what the other "
+          "configs' readings predict for them (model misfit {misfit:.1%}); the winner is the best so ranked of "
+          "those with two or more launches, its number the mean of its own launches")
+
+
+def rule(st: "Standings") -> str:
+    """The rule the race ran by, as the closing lines and best.json print it."""
+    return POOLED.format(misfit=st.misfit) if math.isfinite(st.misfit) else RULE
 
 
 @dataclass
@@ -41,7 +53,8 @@ class Entry:
     runs: list[int] = field(default_factory=list)       # the trials of those launches
     pending: int = 0                                    # reruns queued or running
     crashed: FrozenTrial | None = None                  # the first rerun that crashed: the config is demoted
-    interval: Interval = field(default_factory=lambda: Interval(0.0, 0.0, 0.0, 0))
+    interval: Interval = field(default_factory=lambda: Interval(0.0, 0.0, 0.0, 0))   # its own launches
+    pooled: Interval | None = None                      # its launches and the other configs' (search/pooling.py)
 
     @property
     def n(self) -> int:
@@ -50,6 +63,15 @@ class Entry:
     @property
     def mean(self) -> float:
         return fmean(self.values) if self.values else 0.0
+
+    @property
+    def ranked(self) -> Interval:
+        """What the race ranks it by: the pooled estimate where there is one, else its own launches."""
+        return self.pooled or self.interval
+
+    @property
+    def estimate(self) -> float:
+        return self.ranked.value
 
     @property
     def alive(self) -> bool:
@@ -65,6 +87,7 @@ class Standings:
     entries: list[Entry]                  # alive first, best mean first
     noise: float                          # the relative launch-to-launch sd the intervals use
     noise_df: int                         # launches' worth of evidence the study measured it from (prior excluded)
+    misfit: float = math.inf              # the value model's log error for a config it did not see (pooling)
 
     @property
     def leader(self) -> Entry | None:
@@ -75,12 +98,12 @@ class Standings:
         top = of or self.leader
         if top is None:
             return []
-        out = [e for e in self.entries if e.alive and e is not top and compare(top.interval, e.interval) != "above"]
-        return sorted(out, key=lambda e: -e.interval.high)
+        out = [e for e in self.entries if e.alive and e is not top and compare(top.ranked, e.ranked) != "above"]
+        return sorted(out, key=lambda e: -e.ranked.high)
 
     def winner(self) -> Entry | None:
-        """The best confirmed value; None when no config has two launches."""
-        return max((e for e in self.entries if e.confirmed), key=lambda e: e.mean, default=None)
+        """The best confirmed estimate; None when no config has two launches."""
+        return max((e for e in self.entries if e.confirmed), key=lambda e: e.estimate, default=None)
 
 
 def _value(t: FrozenTrial) -> tuple[float, float]:
@@ -90,8 +113,9 @@ def _value(t: FrozenTrial) -> tuple[float, float]:
 
 
 def standings(trials: list[FrozenTrial], configs: list[FrozenTrial], prior: float,
-              is_rerun: Any, feasible: Any) -> Standings:
-    """`configs`: the feasible search trials, one per config; `is_rerun(t, n)`: t is a rerun of search trial n."""
+              is_rerun: Any, feasible: Any, pool: Any = None) -> Standings:
+    """`configs`: the feasible search trials, one per config; `is_rerun(t, n)`: t is a rerun of search trial n;
+    `pool`: search/pooling.py's estimator (None: each config on its own launches)."""
     entries = []
     for c in configs:
         e = Entry(c.number, dict(c.params))
@@ -108,8 +132,16 @@ def standings(trials: list[FrozenTrial], configs: list[FrozenTrial], prior: floa
     noise, df = launch_noise(entries, prior)
     for e in entries:
         e.interval = interval(e, noise, df)
-    entries.sort(key=lambda e: (not e.alive, -e.mean))
-    return Standings(entries, noise, df)
+    tau = math.inf
+    if pool is not None:
+        alive = [e for e in entries if e.alive]
+        est, tau = pool([(e.params, e.values) for e in alive], noise)
+        for e, got in zip(alive, est):
+            if got is not None:
+                h = t95(df + PRIOR_DF) * got[1]
+                e.pooled = Interval(math.exp(got[0]), math.exp(got[0] - h), math.exp(got[0] + h), e.n)
+    entries.sort(key=lambda e: (not e.alive, -e.estimate))
+    return Standings(entries, noise, df, tau)
 
 
 def launch_noise(entries: list[Entry], prior: float) -> tuple[float, int]:

@@ -6,12 +6,14 @@ should be dropped unrun. docs/search.md describes the rules; the crash catalog's
 """
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
+from tunectl.search import pooling
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
 from tunectl.search.repair import (
     GRAPH_MAX_BS,
@@ -277,6 +279,7 @@ class Steps:
         best = fin.candidates(done)
         if not best:
             return None
+        best = self._leader(done, best)
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, base_values(self.prof),
                            history(done, known), self._excluded(known), flat_knobs(best[0], done), self.admission)
         room = self._room(done)(best[0])
@@ -300,6 +303,23 @@ class Steps:
         if like is not None:
             return 1.0, like
         return (self._startup_risk(done, known)(params) if len(done) >= TPE_STARTUP else 0.0), None
+
+    def _leader(self, done: list[FrozenTrial], best: list[FrozenTrial]) -> list[FrozenTrial]:
+        """The served configs with the one to step from first: the best pooled estimate (search/pooling.py: its
+        reading weighed against what the other configs' readings predict for it), not the luckiest reading."""
+        if not self.prof.search.pool:
+            return best
+
+        def build() -> list[FrozenTrial]:
+            est, _ = pooling.estimates(self.prof.search, self.admission, [(dict(t.params), [float(t.values[0])])
+                                       for t in best], self.prof.search.finalists.noise)
+            if all(e is None for e in est):
+                return best
+            key = {t.number: (e[0] if e is not None else math.log(max(float(t.values[0]), 1e-9)))
+                   for t, e in zip(best, est)}
+            return sorted(best, key=lambda t: -key[t.number])
+
+        return self._per_history("leader", done, build)
 
     def _per_history(self, name: str, done: list[FrozenTrial], build: Callable[[], Any]) -> Any:
         """`build()`, once per history (the finished trials): vetoes ask for it once per candidate."""

@@ -91,7 +91,9 @@ class ValueModel:
         for i, (p, _) in enumerate(rows):
             for col, val in self.row(p):
                 x[i, self.cols[col]] = val
-        self.w = np.linalg.inv(x.T @ x + RIDGE * np.eye(len(self.cols))) @ x.T @ (y - self.mean)
+        self.x, self.y = x, y
+        self.fit_inv = np.linalg.inv(x.T @ x + RIDGE * np.eye(len(self.cols)))
+        self.w = self.fit_inv @ x.T @ (y - self.mean)
         xk = np.zeros((len(known), len(self.cols)))
         for i, p in enumerate(known):
             for col, val in self.row(p):
@@ -129,6 +131,12 @@ class ValueModel:
         """Expected throughput."""
         v, _ = self._vec(p)
         return math.exp(self.mean + float(v @ self.w))
+
+    def leverage(self, p: dict[str, Any]) -> float:
+        """How little the fit pins this config down: x' (X'X + ridge)^-1 x (an unseen column counts 1 / ridge); the
+        prediction's variance is this times the readings' variance."""
+        v, unseen = self._vec(p)
+        return float(v @ self.a_inv @ v) + unseen / RIDGE
 
     def upper(self, p: dict[str, Any]) -> float:
         """Optimistic throughput: the mean plus EXPLORE standard deviations."""

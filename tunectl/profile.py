@@ -191,6 +191,10 @@ class SearchSpec(Strict):
     finalists: Finalists = Field(default_factory=Finalists)
     pruning: Pruning = Field(default_factory=Pruning)
     try_first: list[dict[str, Any]] = Field(default_factory=list)  # configs to run right after the baseline
+    # Rank configs by their readings pooled with what the value model predicts for them from the other configs
+    # (search/pooling.py): the config the local steps start from and the finalists' race. false: each config on its
+    # own readings (the best single reading leads the walk; the race ranks by each config's mean).
+    pool: bool = True
     flaky_retries: int = Field(1, ge=0)
     infra_retries: int = Field(2, ge=0)
 

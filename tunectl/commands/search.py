@@ -152,13 +152,15 @@ def _ladder_table(ladder: list[Any]) -> Table:
 
 def _finalists_table(groups: list[dict[str, Any]]) -> Table:
     t = Table(title="finalists: the search run, then reruns on fresh launches (output tok/s)")
-    for col in ("trial", "runs", "mean", "spread"):
+    pooled = any("estimate" in g for g in groups)      # ranked by the pooled estimate (search.pool)
+    for col in ("trial", "runs", "mean", *(["pooled"] if pooled else []), "spread"):
         t.add_column(col, justify="left" if col == "runs" else "right", overflow="fold")
     for g in groups:
         runs = ", ".join(f"#{r['trial']} {r['output_throughput']:,.0f}" if r["status"] == "ok"
                          else f"#{r['trial']} {r['status']}" for r in g["runs"])
         spread = f"{g['min_output_throughput']:,.0f}-{g['max_output_throughput']:,.0f}" if g["ok_runs"] else "-"
-        t.add_row(str(g["search_trial"]), runs, f"{g['mean_output_throughput']:,.1f}", spread)
+        est = [f"{g['estimate']:,.1f}" if "estimate" in g else "-"] if pooled else []
+        t.add_row(str(g["search_trial"]), runs, f"{g['mean_output_throughput']:,.1f}", *est, spread)
     return t
 
 
