@@ -70,6 +70,6 @@ pip_quiet -e ".[test]"
 # GPU serving stack, plus what the client imports.
 pip_quiet --no-deps "sglang==0.5.9"
 pip_quiet pybase64 transformers datasets requests IPython
-# Serial by default: the kill -9 tests time their kill against a live trial, and two workers on two cores move it.
-# TUNECTL_TEST_WORKERS=2 runs two pytest-xdist workers (about half the time; the Slurm tests in one worker).
-"$py" -m pytest -q -n "${TUNECTL_TEST_WORKERS:-0}" --dist loadgroup "$@"
+# Two pytest-xdist workers by default (about half the serial time on two cores; the Slurm tests in one worker, the
+# kill -9 tests wait on a state, not a moment); TUNECTL_TEST_WORKERS=0 runs serially.
+"$py" -m pytest -q -n "${TUNECTL_TEST_WORKERS:-2}" --dist loadgroup "$@"
