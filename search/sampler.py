@@ -21,12 +21,9 @@ TPE_STARTUP = 6
 # Once LOCAL_AFTER trials are done, every trial is a repair or a step from the incumbent (the best feasible config):
 # one or two knobs changed, ranked by a ridge regression of the value on the knob values times the odds of not being
 # wasted; the sampler proposes only when the loop has none (no served config yet, or every neighbour run or vetoed).
-# TPE alone is weak on 40-trial budgets where the best needs several knobs right at once; after its random start,
-# TPE's own proposals lost to the loop's steps on every card (the tenth round); the steps from the baseline on (the
-# first trial, not the second) cost 10% fewer trials to 95% over six cards (the twelfth round); and with no turn for
-# TPE's random start either (one random draw in every second turn until six trials were done: 42-51% of random
-# configs crash or are pruned on four cards) 9% fewer again, every card as good or better on two seed sets (the
-# thirteenth round; bench/search_efficiency.py measured each, docs/search.md).
+# Evidence (bench/search_efficiency.py, every card; the history in docs/search.md, "The search's rounds"): TPE's own
+# proposals lost to the steps on every card, and steps from the first trial on, with no random start, took the
+# fewest trials to 95%.
 LOCAL_AFTER = 1
 # A sampler proposal whose startup-crash odds reach VETO_RISK is dropped unrun; after MAX_VETOES in a row the loop
 # queues an unseen random config the vetoes allow instead (none left: the search is exhausted).
