@@ -151,6 +151,9 @@ def test_six_trials_two_jobs_at_a_time_then_kill_9_and_rerun(tmp_path: Path, slu
             trial = read_json(store.trial_dir(n) / "trial.json")
             assert trial["status"] == "ok" and "fired up" in (store.trial_dir(n) / "server.log").read_text()
             assert len(list((store.trial_dir(n) / "levels").glob("*.json"))) == 2
+            for lv in map(read_json, (store.trial_dir(n) / "levels").glob("*.json")):   # GPU power, read in the job
+                power = (lv.get("witness") or {}).get("power") or {}
+                assert lv["metrics"].get("gpu_power_w") and power.get("source") == "stand-in", lv.get("witness")
 
 
 def test_ctrl_c_cancels_its_own_jobs_and_nothing_else(tmp_path: Path, slurm) -> None:
