@@ -113,3 +113,14 @@ def test_interrupted_trial_leaves_results_and_no_process(tmp_path):
     t = c.store.read_trial(0)
     assert t.status == "interrupted" and [lv.concurrency for lv in t.levels] == [1]
     assert group_pids(seen["pgid"]) == [] and run_pids(t.launch.run_id) == []  # teardown ran on the way out
+
+
+def test_frames_keep_integer_columns_integers_where_some_trials_have_none() -> None:
+    import pandas as pd
+
+    from tunectl.store import _frame
+
+    df = _frame(pd, [{"trial": 0, "max_stable_concurrency": 512, "tps": 2483.0},
+                     {"trial": 1, "max_stable_concurrency": None, "tps": 1000.5}])
+    assert str(df["max_stable_concurrency"].dtype) == "Int64" and df["max_stable_concurrency"][0] == 512
+    assert df["tps"].dtype == float and str(df["trial"].dtype) == "int64"   # a float column stays float

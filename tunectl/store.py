@@ -270,4 +270,15 @@ def load_frames(store: StudyStore) -> dict[str, Any]:
         for lv in t.levels:
             lrows.append({**level_metrics(lv), "trial": t.trial, "workload": lv.workload, "concurrency": lv.concurrency,
                           "status": lv.status, "completed": lv.completed, "client_bound": lv.client_bound})
-    return {"trials": pd.DataFrame(trows), "levels": pd.DataFrame(lrows)}
+    return {"trials": _frame(pd, trows), "levels": _frame(pd, lrows)}
+
+
+def _frame(pd: Any, rows: list[dict[str, Any]]) -> Any:
+    """A DataFrame whose integer columns stay integers where some rows have none (pandas' nullable Int64, not
+    float: max_stable_concurrency 512, not 512.0)."""
+    df = pd.DataFrame(rows)
+    for col in df.columns:
+        vals = [r[col] for r in rows if r.get(col) is not None]
+        if vals and len(vals) < len(rows) and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            df[col] = df[col].astype("Int64")
+    return df
