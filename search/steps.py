@@ -288,8 +288,29 @@ class Steps:
             rank = {config_key(c): i for i, c in enumerate(cands)}
             cands = sorted(halves, key=lambda c: rank.get(config_key(c), len(rank))) + cands
         cands = [c for c in map(room, cands) if config_key(c) not in seen]
-        pick = next((c for c in cands if self.veto(c, done, known)[0] < VETO_RISK), None)
-        return None if pick is None else (pick, {"role": "search", "proposed_by": "local"})
+        parent = dict(best[0].params)
+        for cand in cands:
+            took = self._step(cand, parent, done, seen, known)
+            if took is not None:
+                return took
+        return None
+
+    def _step(self, cand: dict[str, Any], parent: dict[str, Any], done: list[FrozenTrial], seen: set[str],
+              known: list[Seen]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """A local step as it can run: itself when no veto flags it; when it would repeat a crash the catalog
+        repairs, with that repair applied as well (`_runnable`: not one that takes the step back), e.g. a higher mem
+        fraction with a smaller chunk where the higher one alone runs out of memory at graph capture. The pair move
+        no single step reaches, since the crashing half is never run and so never asks for its repair. None: vetoed
+        with no repair that runs."""
+        risk, like = self.veto(cand, done, known)
+        if risk < VETO_RISK:
+            return cand, {"role": "search", "proposed_by": "local"}
+        if like is None or not like.fixes:
+            return None
+        fixed = self._runnable(cand, seen, known, base_values(self.prof), self._footprint(done), parent)
+        if fixed is None or config_key(fixed) == config_key(cand) or self.veto(fixed, done, known)[0] >= VETO_RISK:
+            return None
+        return fixed, {"role": "search", "proposed_by": "local", "step_repaired": like.number}
 
     def veto(self, params: dict[str, Any], done: list[FrozenTrial],
              known: list[Seen] | None = None) -> tuple[float, Seen | None]:

@@ -164,12 +164,21 @@ def test_ctrl_c_cancels_its_own_jobs_and_nothing_else(tmp_path: Path, slurm) -> 
     proc = subprocess.Popen([sys.executable, "-m", "tunectl", "search", "-p", str(slurm_profile(tmp_path)), "-n",
                              "4", "--parallel", "2", "--study", "intr", "--results", str(root)], cwd=REPO_ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    frozen: list[int] = []
     try:
         deadline = time.monotonic() + 120
-        while sum("started_at" in r for r in records(store).values()) < 2:
+        while True:                                  # two jobs running: held still so neither ends before Ctrl-C
+            running = sorted(n for n, r in records(store).items() if "started_at" in r and "state" not in r)
+            if len(running) == 2:
+                frozen = [pid for n in running for pid in job_pids(str(records(store)[n]["job_id"]))]
+                signal_all(frozen, signal.SIGSTOP)
+                if sorted(n for n, r in records(store).items() if "state" not in r) == running:
+                    break
+                signal_all(frozen, signal.SIGCONT)
+                frozen = []
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
-        in_flight = [n for n, r in records(store).items() if "state" not in r]
+        in_flight = running
         proc.send_signal(signal.SIGINT)
         assert proc.wait(90) == 130, proc.stderr.read() if proc.stderr else ""
         recs = records(store)
@@ -183,6 +192,7 @@ def test_ctrl_c_cancels_its_own_jobs_and_nothing_else(tmp_path: Path, slurm) -> 
     finally:
         if proc.poll() is None:
             proc.kill()
+        signal_all(frozen, signal.SIGCONT)
         slurm.cmd("scancel", foreign, check=False)
 
 

@@ -685,3 +685,34 @@ def test_a_pair_of_new_backends_that_won_is_split_next_an_ordered_pair_or_a_tie_
                    trial(2, 90.0, {"proposed_by": "local"}, **halves[1]),
                    trial(3, 120.0, {"proposed_by": "local"}, **pair)]
     assert splits(prof, both_served[3], both_served, rng) == []
+
+
+def test_a_step_that_would_repeat_a_repairable_crash_is_taken_with_that_crash_s_repair() -> None:
+    """The incumbent serves with graphs to 256 at mem fraction 0.85; a sampler's config at 0.88 ran out of memory
+    at graph capture. The step to 0.88 alone would repeat that crash: it is proposed with the crash's catalog
+    repair applied as well (the step kept, e.g. smaller graphs or a smaller chunk), not dropped, so the pair move
+    the walk cannot make one knob at a time is run."""
+    import random
+
+    from tunectl.search.steps import Steps
+
+    prof = sim_profile()
+
+    def graphs(bs: int, mem: float) -> dict[str, Any]:
+        return {**baseline_params(prof), "disable-cuda-graph": False, "cuda-graph-max-bs": bs,
+                "mem-fraction-static": mem}
+
+    served = [trial(n, v, {}, **{**graphs(bs, 0.85), "max-running-requests": 1024})
+              for n, bs, v in ((0, 32, 40.0), (1, 64, 60.0), (2, 256, 100.0))]
+    oom = trial(3, 0.0, {"proposed_by": "sampler", "crash_class": "config_error", "crash_phase": "startup",
+                         "crash_signature": "capture_cuda_graph_failed"}, **graphs(256, 0.88))
+    done = [*served, oom]
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    known = steps.seen(done)
+    step = {**served[2].params, "mem-fraction-static": 0.88}          # one knob from the incumbent
+    assert predicted_crash(prof.search, step, known) is not None         # the step alone repeats the capture OOM
+    took = steps._step(step, dict(served[2].params), done, {config_key(t.params) for t in done}, known)
+    assert took is not None
+    cand, attrs = took
+    assert attrs["step_repaired"] == 3 and cand["mem-fraction-static"] == 0.88       # the step kept
+    assert cand != step and predicted_crash(prof.search, cand, known) is None       # and a repair that runs
