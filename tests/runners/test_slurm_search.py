@@ -179,7 +179,15 @@ def test_ctrl_c_cancels_its_own_jobs_and_nothing_else(tmp_path: Path, slurm) -> 
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
         in_flight = running
+        jobs = {str(records(store)[n]["job_id"]) for n in running}
         proc.send_signal(signal.SIGINT)
+        # released once Slurm has the cancel (no longer RUNNING): a cancelled job cannot finish as COMPLETED, and a
+        # held server in its own session would not see Slurm's signals
+        until = time.monotonic() + 30
+        while time.monotonic() < until and any(row.split("|")[0] in jobs and row.split("|")[1] == "RUNNING"
+                                               for row in slurm.jobs()):
+            time.sleep(0.1)
+        signal_all(frozen, signal.SIGCONT)
         assert proc.wait(90) == 130, proc.stderr.read() if proc.stderr else ""
         recs = records(store)
         assert in_flight and all(recs[n]["state"].startswith("CANCELLED") for n in in_flight), recs
