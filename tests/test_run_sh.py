@@ -51,7 +51,7 @@ def test_run_sh_uses_the_venv_the_first_command_made(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = log.read_text().splitlines()
     assert calls and all(c.startswith(".venv/bin/python ") for c in calls), calls
-    assert calls[-1].endswith("-m pytest -q -n 2 --dist loadgroup -k nothing")
+    assert calls[-1].endswith("-m pytest -q -n 0 --dist loadgroup -k nothing")
     out = proc.stdout + proc.stderr
     assert "which is not installed" not in out and "dependency resolver" not in out, out
     assert out.count("(5 notes that a package's own dependencies are missing") == 3      # one line per install
