@@ -91,6 +91,12 @@ def ready_to_kill(store: StudyStore) -> list[int]:
     return running if done >= 2 and len(running) == 2 else []
 
 
+def default_sigint() -> None:
+    """Ctrl-C as a terminal gives it: a suite started in the background of a shell without job control inherits
+    SIGINT ignored, and a Python started so never turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -163,7 +169,7 @@ def test_ctrl_c_cancels_its_own_jobs_and_nothing_else(tmp_path: Path, slurm) -> 
     store = StudyStore("intr", root)
     proc = subprocess.Popen([sys.executable, "-m", "tunectl", "search", "-p", str(slurm_profile(tmp_path)), "-n",
                              "4", "--parallel", "2", "--study", "intr", "--results", str(root)], cwd=REPO_ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_sigint)
     frozen: list[int] = []
     try:
         deadline = time.monotonic() + 120
