@@ -71,5 +71,5 @@ pip_quiet -e ".[test]"
 pip_quiet --no-deps "sglang==0.5.9"
 pip_quiet pybase64 transformers datasets requests IPython
 # Serial by default. TUNECTL_TEST_WORKERS=2 runs two pytest-xdist workers (about half the time on two cores; the
-# Slurm tests in one worker), where the Slurm Ctrl-C test has seen its coordinator exit 0 after SIGINT (not found).
+# Slurm tests in one worker).
 "$py" -m pytest -q -n "${TUNECTL_TEST_WORKERS:-0}" --dist loadgroup "$@"
