@@ -70,5 +70,7 @@ def test_the_readme_and_ci_name_the_same_test_command() -> None:
     after = readme[readme.index("The test command:"):]
     block = after[after.index("```bash\n") + 8:]
     assert block[:block.index("```")].strip() == "bash tests/run.sh"
-    assert '[ "$test_cmd" = "bash tests/run.sh" ]' in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert '[ "$test_cmd" = "bash tests/run.sh" ]' in ci             # checked against the README first
+    assert "\nbash tests/run.sh\n" in ci                               # then called as written there
     assert ".venv" in readme[readme.index("It uses the active virtual environment"):][:300]
