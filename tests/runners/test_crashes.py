@@ -121,6 +121,7 @@ CASES = [  # (signature, text, phase, expected class)
     ("model_config_missing_field", _log("h200-ssh/glm5-shaped-missing-moe-layer-freq.log"), "startup",
      "config_error"),
     ("kernel_not_installed", _log("h200-dsa/glm5-shaped-fa3-not-installed.log"), "startup", "config_error"),
+    ("python_module_missing", _log("llama8b-h100/eagle-deep-gemm-missing.log"), "startup", "config_error"),
     ("backend_needs_other_gpu",
      in_traceback("AssertionError: FlashAttention v3 Backend requires SM>=90. Please use `--attention-backend "
                   "flashinfer`."), "startup", "config_error"),

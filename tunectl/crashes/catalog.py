@@ -169,6 +169,13 @@ SIGNATURES: tuple[Signature, ...] = (
          "install the full sgl-kernel, or use a path without it: --attention-backend triton; for a DSA model's "
          "MHA prefill, SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0 (MLA prefill)",
          repairs=(("attention-backend", "triton"), ("SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD", 0))),
+    # real 0.5.17 log (H100, EAGLE with a dummy draft): capturing the draft's CUDA graphs imports the DSA backend
+    # (speculative/eagle_worker_v2.py:417 on CUDA), whose module imports deep_gemm, which the host's install lacks
+    _sig("python_module_missing", r"ModuleNotFoundError: No module named '(?!sglang')[\w.]+'", "config_error",
+         "the config reaches SGLang code that imports a Python package the host's install lacks "
+         "(EAGLE's draft CUDA graphs import deep_gemm on 0.5.17)",
+         "install the package on the host (SGLang's full install has it), or leave out what needs it; the search "
+         "does not propose the config again"),
     # Speculative decoding refused by SGLang 0.5.9's ServerArgs._handle_speculative_decoding (server_args.py; exit
     # 1 before any log line). Frames: a bare `assert` (2423: --speculative-eagle-topk or -num-draft-tokens without
     # -num-steps) and a TypeError (2453: -num-steps alone leaves topk None, then `topk > 1`) carry no message.
