@@ -12,6 +12,7 @@ and are named, and the fix belongs in the physics (sim/), not in these factors.
 
     python bench/fit_card.py docs/real-gpu/landscapes/llama8b-h100/landscape.json --card llama31-8b-h200 \
         --gpu "NVIDIA H100 80GB HBM3" --gpu-gib 79.19 [--hold 3] [--client builtin] [--out card.yaml]
+        [--physics decode.launch_overlap_p=4]      # switch a physics term on in the starting card (then fitted)
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ from tunectl.replay import replay_profile  # noqa: E402
 from tunectl.sim.card import Card, load_card  # noqa: E402
 from tunectl.virtual import VirtualEvaluator  # noqa: E402
 
-FIT = ("decode.base_ms", "decode.per_req_ms", "decode.per_kv_ktoken_ms", "decode.launch_ms", "prefill.base_ms",
-       "prefill.per_token_ms", "memory.graph_per_bs_gb")     # the last moves where graph capture runs out of memory
+FIT = ("decode.base_ms", "decode.per_req_ms", "decode.per_kv_ktoken_ms", "decode.launch_ms",
+       "decode.launch_overlap_p", "prefill.base_ms", "prefill.per_token_ms",
+       "memory.graph_per_bs_gb")     # the last moves where graph capture runs out of memory; a zero stays zero
 CRASH_PENALTY = 1.0          # a crash disagreement costs as much as a level off by a factor e
 
 
@@ -43,14 +45,17 @@ def _get(d: dict[str, Any], dotted: str) -> float:
     return float(d)  # type: ignore[arg-type]
 
 
-def scaled(base: Card, factors: dict[str, float]) -> Card:
+def scaled(base: Card, factors: dict[str, float], values: dict[str, float] | None = None) -> Card:
+    """`base` with each field of `factors` multiplied by its factor and each of `values` set."""
     data = base.model_dump(mode="json")
-    for dotted, f in factors.items():
+    for dotted, f in [*factors.items(), *(values or {}).items()]:
         *path, last = dotted.split(".")
         node = data
         for part in path:
             node = node[part]
-        node[last] = float(node[last]) * f
+        if last not in node:
+            raise KeyError(dotted)
+        node[last] = float(node[last]) * f if dotted in factors else f
     return Card.model_validate(data)
 
 
@@ -178,9 +183,18 @@ def main() -> int:
     ap.add_argument("--hold", type=int, default=3, help="hold out every N-th measured config")
     ap.add_argument("--client", default=None)
     ap.add_argument("--out", default=None, help="write the fitted card here")
+    ap.add_argument("--name", default=None, help="the fitted card's name (default: the starting card's)")
+    ap.add_argument("--physics", action="append", default=[], metavar="FIELD=VALUE",
+                    help="set a card field of the starting card, e.g. decode.launch_overlap_p=4 (repeatable)")
     args = ap.parse_args()
     land = landscape.load(args.landscape)
     card = load_card(args.card)
+    for item in args.physics:
+        field, _, value = item.partition("=")
+        try:
+            card = scaled(card, {}, {field: float(value)})
+        except (KeyError, ValueError) as e:
+            ap.error(f"--physics {item}: not a numeric card field ({e})")
     if args.gpu or args.gpu_gib:
         gpu = card.gpu.model_copy(update={k: v for k, v in (("name", args.gpu), ("total_gib", args.gpu_gib),
                                   ("memory_gb", args.gpu_gib and args.gpu_gib * 1.073741824)) if v})
@@ -191,6 +205,8 @@ def main() -> int:
     factors = fit.fit(train)
     fitted = scaled(card, factors)
     report(fit, fitted, factors, train, held)
+    if args.name:
+        fitted = fitted.model_copy(update={"name": args.name})
     if args.out:
         Path(args.out).write_text(yaml.safe_dump(fitted.model_dump(mode="json", exclude_none=True), sort_keys=False))
         print(f"wrote {args.out}")

@@ -42,6 +42,10 @@ class Decode(Strict):
     per_req_ms: float = Field(ge=0, description="per running request")
     per_kv_ktoken_ms: float = Field(0.0, ge=0, description="per 1,000 tokens of KV the running batch attends to")
     launch_ms: float = Field(ge=0, description="eager kernel-launch overhead that CUDA graphs remove")
+    launch_overlap_p: float = Field(
+        0.0, ge=0, description="eager steps: the CPU's launches run ahead of the GPU's work, so a step takes the "
+        "p-norm (t^p + launch^p)^(1/p) of the GPU time t and launch_ms, the slower of the two softened where they "
+        "meet; 0: their sum (no overlap)")
     expert_ms: float = Field(0.0, ge=0, description="MoE expert weight reads at saturation (0: dense)")
     expert_bs: float = Field(1.0, gt=0, description="batch size scale of the expert-read saturation")
     kv_mult: dict[KvDtype, float] = Field(default_factory=lambda: {"fp8": 1.0, "bf16": 1.0})
