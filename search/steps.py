@@ -53,6 +53,8 @@ KV_PRESSURE_SHARE = 0.1        # retractions worth a repair: at least this share
 # stops after this many (a crash whose first repairs did not serve is no lead worth the budget; the catalog lists
 # up to five repairs per signature).
 REPAIRS_PER_CRASH = 2
+# The proposers that repair a config (a crash, a full KV pool, a log hint); the others walk from the leader
+REPAIR_PROPOSERS = ("load_repair", "kv_pressure", "startup_repair", "log_hint")
 
 
 def outcome(t: FrozenTrial) -> str:
@@ -260,6 +262,7 @@ class Steps:
         self.prof, self.repairs, self.rng = prof, repairs, rng
         self.gpu_sm = gpu_sm            # a backend this GPU has no kernels for is never proposed (tunectl/scopes.py)
         self.admission = admission(prof)
+        self.policy = prof.search.policy        # which rules run, in what order (search/policy.py)
         self._memo: dict[str, tuple[tuple[int, ...], Any]] = {}     # what one history gives, by name
 
     def next(self, trials: list[FrozenTrial]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -272,10 +275,31 @@ class Steps:
             return None
         seen = ran(trials)
         known = self.seen(done)
-        repair = self._repair(done, seen, known, in_flight_repairs(trials))
-        if repair is not None:
-            return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0],
-                               "repair_for": repair[2]}
+        walk: list[Any] = []                    # the walk's candidates, built once when a walk proposer asks
+        for name in self.policy.proposers:
+            if name in REPAIR_PROPOSERS:
+                repair = self._repair(done, seen, known, in_flight_repairs(trials), name)
+                if repair is not None:
+                    return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0],
+                                       "repair_for": repair[2]}
+                continue
+            if not walk:
+                walk.append(self._walk(done, seen, known))
+            if walk[0] is None:
+                return None
+            parent, by_proposer = walk[0]
+            for cand in by_proposer[name]:
+                took = self._step(cand, parent, done, seen, known)
+                if took is not None:
+                    return took
+        return None
+
+    def _walk(self, done: list[FrozenTrial], seen: set[str], known: list[Seen]
+              ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]] | None:
+        """The walk from the leader: its parent params and, per walk proposer, its candidates in the order they are
+        tried: `split`, the halves of the pair move that made the leader first (`splits`, in the neighbours'
+        order), and `local`, its neighbours one knob away (graphs switched on with the room they need). None with
+        no served config to step from."""
         best = fin.candidates(done)
         if not best:
             return None
@@ -283,17 +307,14 @@ class Steps:
         cands = neighbours(self.prof.search, dict(best[0].params), seen, self.rng, base_values(self.prof),
                            history(done, known), self._excluded(known), flat_knobs(best[0], done), self.admission)
         room = self._room(done)(best[0])
-        halves = splits(self.prof, best[0], done, self.rng)
-        if halves:                              # in the neighbours' order (each half is one of them)
-            rank = {config_key(c): i for i, c in enumerate(cands)}
-            cands = sorted(halves, key=lambda c: rank.get(config_key(c), len(rank))) + cands
-        cands = [c for c in map(room, cands) if config_key(c) not in seen]
-        parent = dict(best[0].params)
-        for cand in cands:
-            took = self._step(cand, parent, done, seen, known)
-            if took is not None:
-                return took
-        return None
+        halves = splits(self.prof, best[0], done, self.rng) if "split" in self.policy.proposers else []
+        rank = {config_key(c): i for i, c in enumerate(cands)}
+        halves = sorted(halves, key=lambda c: rank.get(config_key(c), len(rank)))
+
+        def runnable(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [c for c in map(room, cs) if config_key(c) not in seen]
+
+        return dict(best[0].params), {"split": runnable(halves), "local": runnable(cands)}
 
     def _step(self, cand: dict[str, Any], parent: dict[str, Any], done: list[FrozenTrial], seen: set[str],
               known: list[Seen]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -317,13 +338,15 @@ class Steps:
         """The odds that a proposal crashes as the history foresees, and the crash it would repeat (a backend the
         GPU has no kernels for: 1, before any crash; then the rules of search/foresight.py, then the startup-crash
         odds). `known`: `seen(done)`, when the caller has it."""
-        if scopes.gpu_lacks(self.prof, params, self.gpu_sm):
+        on = self.policy.vetoes
+        if "gpu" in on and scopes.gpu_lacks(self.prof, params, self.gpu_sm):
             return 1.0, None
         known = self.seen(done) if known is None else known
-        like = predicted_crash(self.prof.search, params, known, self._footprint(done))
+        like = predicted_crash(self.prof.search, params, known, self._footprint(done)) if "foresight" in on else None
         if like is not None:
             return 1.0, like
-        return (self._startup_risk(done, known)(params) if len(done) >= TPE_STARTUP else 0.0), None
+        risky = "startup_risk" in on and len(done) >= TPE_STARTUP
+        return (self._startup_risk(done, known)(params) if risky else 0.0), None
 
     def _leader(self, done: list[FrozenTrial], best: list[FrozenTrial]) -> list[FrozenTrial]:
         """The served configs with the one to step from first: the best pooled estimate (search/pooling.py: its
@@ -361,7 +384,7 @@ class Steps:
         return self._per_history("startup_risk", done, build)
 
     def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen],
-                pending: list[tuple[int, str]]) -> tuple[int, dict[str, Any], str] | None:
+                pending: list[tuple[int, str]], kind: str | None = None) -> tuple[int, dict[str, Any], str] | None:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
@@ -381,7 +404,7 @@ class Steps:
                 key = chain_key(by_number[n], by_number, why)
                 counts[key] = counts.get(key, 0) + 1
         room_from = self._room(done)
-        for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known):
+        for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known, kind):
             if t.number in fixed or counts.get(chain_key(t, by_number, why), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             room = room_from(t) if outcome(t) == "ok" else _as_is
@@ -422,10 +445,11 @@ class Steps:
         config: `fp`, the study's footprint); else None. Not a repair that takes back the step's own move from
         `parent` (`undoes`), and where the footprint says the candidate takes more than the crashed config did,
         only one whose memory the logs size (`SIZED`: a smaller chunk frees what no log measured)."""
-        if scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
+        on = self.policy.vetoes
+        if "gpu" in on and scopes.gpu_lacks(self.prof, cand, self.gpu_sm):
             return None
         search = self.prof.search
-        like = predicted_crash(search, cand, known, fp)
+        like = predicted_crash(search, cand, known, fp) if "foresight" in on else None
         if like is None:
             return cand if config_key(cand) not in seen else None
         if not like.fixes or config_key(cand) in seen:
@@ -440,37 +464,49 @@ class Steps:
                  and (more <= 0 or f[0] in SIZED)]
         for two in repaired_configs(search, cand, fixes, lambda p: complete(search, p, self.rng, base), bounds):
             if config_key(two) not in seen and predicted_crash(search, two, known, fp) is None \
-                    and not scopes.gpu_lacks(self.prof, two, self.gpu_sm):
+                    and not ("gpu" in on and scopes.gpu_lacks(self.prof, two, self.gpu_sm)):
                 return two
         return None
 
-    def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None, known: list[Seen]) -> list[
-            tuple[FrozenTrial, Any, dict[str, float], str]]:
-        """(config, its repairs, their bounds, the evidence they answer) in the order `_repair` tries them;
-        `known`: `seen(done)`."""
-        out = []
-        for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0]):
-            out.append((t, self._fixes(t), {}, str(t.user_attrs.get("crash_signature", ""))))
-        logged = facts(incumbent) if incumbent is not None else {}
-        top = max((st.concurrency for st in ladder_steps(incumbent.user_attrs.get("ladder")) if st.status == "ok"),
-                  default=0) if incumbent is not None else 0
+    def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None, known: list[Seen],
+                   kind: str | None = None) -> list[tuple[FrozenTrial, Any, dict[str, float], str]]:
+        """(config, its repairs, their bounds, the evidence they answer) in the order `_repair` tries them, for one
+        repair proposer (search/policy.py; None: every repair proposer of the policy, in its order); `known`:
+        `seen(done)`."""
+        if kind is None:
+            return [r for k in self.policy.proposers if k in REPAIR_PROPOSERS
+                    for r in self._to_repair(done, incumbent, known, k)]
         wl = self.prof.bench.workloads[0]
+        if kind == "load_repair":
+            return [(t, self._fixes(t), {}, str(t.user_attrs.get("crash_signature", "")))
+                    for t in sorted((t for t in done if outpaced(t, incumbent)), key=lambda t: -t.values[0])]
+        if incumbent is None:
+            return []
+        if kind == "kv_pressure":
+            logged = facts(incumbent)
+            top = max((st.concurrency for st in ladder_steps(incumbent.user_attrs.get("ladder"))
+                       if st.status == "ok"), default=0)
+            if logged.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
+                fixes = [*pool_relief(self.prof.search, dict(incumbent.params), logged),
+                         *lookup(self.repairs, KV_PRESSURE)]
+                return [(incumbent, self._unlost(fixes, lost_moves(done)),
+                         pool_bounds(logged, wl.input_len + wl.output_len), KV_PRESSURE)]
+            return []
+        if kind == "startup_repair":
+            out = []
+            crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
+            if crashed and incumbent.values:
+                model = Surrogate(self.prof.search, history(done, known), self.admission)
+                for t in sorted(crashed, key=lambda t: -t.number):
+                    if t.user_attrs.get("proposed_by") == "repair" or \
+                            model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
+                        exc = str(t.user_attrs.get("crash_exception", ""))
+                        out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search),
+                                    str(t.user_attrs.get("crash_signature", ""))))
+            return out
+        out = []                                # log_hint
         lost = lost_moves(done)
-        if incumbent is not None and logged.get("retracted_reqs", 0) >= KV_PRESSURE_SHARE * top > 0:
-            fixes = [*pool_relief(self.prof.search, dict(incumbent.params), logged),
-                     *lookup(self.repairs, KV_PRESSURE)]
-            out.append((incumbent, self._unlost(fixes, lost), pool_bounds(logged, wl.input_len + wl.output_len),
-                        KV_PRESSURE))
-        crashed = [t for t in done if outcome(t) == "startup" and self._fixes(t)]
-        if crashed and incumbent is not None and incumbent.values:
-            model = Surrogate(self.prof.search, history(done, known), self.admission)
-            for t in sorted(crashed, key=lambda t: -t.number):
-                if t.user_attrs.get("proposed_by") == "repair" or \
-                        model.value.predict(dict(t.params)) >= STARTUP_REPAIR_SHARE * incumbent.values[0]:
-                    exc = str(t.user_attrs.get("crash_exception", ""))
-                    out.append((t, self._fixes(t), oom_bounds(exc, dict(t.params), self.prof.search),
-                                str(t.user_attrs.get("crash_signature", ""))))
-        for peer in ([] if incumbent is None else peers(incumbent, done)):
+        for peer in peers(incumbent, done):
             flags = knobs.merge(self.prof, dict(peer.params))[0]
             for fixes, bounds in log_hints(self.prof.search, dict(peer.params), flags, facts(peer),
                                            wl.input_len + wl.output_len):

@@ -183,6 +183,27 @@ class Pruning(Strict):
     margin: float = Field(0.5, gt=0, le=1)  # prune when below margin x best seen at the same level
 
 
+# The search's own rules (docs/search.md, "The policy"), by name, in the order they are asked: proposers queue a
+# config before the sampler's next proposal (the first that has one wins); vetoes drop a proposal the history says
+# will crash. The names live here, with the profile's schema; the rules in search/policy.py.
+PROPOSERS = ("load_repair", "kv_pressure", "startup_repair", "log_hint", "split", "local")
+VETOES = ("gpu", "foresight", "startup_risk")
+
+
+class Policy(Strict):
+    proposers: list[Literal[PROPOSERS]] = Field(default_factory=lambda: list(PROPOSERS))  # type: ignore[valid-type]
+    vetoes: list[Literal[VETOES]] = Field(default_factory=lambda: list(VETOES))  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _once(self) -> Policy:
+        for field in ("proposers", "vetoes"):
+            names = getattr(self, field)
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"search.policy.{field}: {', '.join(twice)} named twice; each rule at most once")
+        return self
+
+
 class SearchSpec(Strict):
     space: dict[str, ParamSpec] = Field(default_factory=dict)
     sampler: Literal["tpe", "random", "grid"] = "tpe"
@@ -195,6 +216,8 @@ class SearchSpec(Strict):
     # (search/pooling.py): the config the local steps start from and the finalists' race. false: each config on its
     # own readings (the best single reading leads the walk; the race ranks by each config's mean).
     pool: bool = True
+    # The proposers and vetoes the search runs, in order (a subset switches the others off; default: all)
+    policy: Policy = Field(default_factory=Policy)
     flaky_retries: int = Field(1, ge=0)
     infra_retries: int = Field(2, ge=0)
 

@@ -23,6 +23,7 @@ from tunectl.objective import value_metric
 from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS, Check
 from tunectl.search import finalists as fin
+from tunectl.search import policy
 from tunectl.parallel import Fleet
 from tunectl.search.loop import RETIRE_AFTER_INFRA, Evaluate, Hooks, SearchLoop
 from tunectl.search.parallel import ParallelLoop
@@ -65,6 +66,7 @@ class SearchOutcome:
     stopped: str | None = None                     # why the search stopped early: every slot failed as infra
     warm_start: dict[str, Any] | None = None       # tunectl/warmstart.py: the old study, old best now and before
     slots: int = 1                                 # trials at once (tunectl/slots.py)
+    policy: dict[str, Any] | None = None           # the proposers and vetoes it ran with (search/policy.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -390,6 +392,6 @@ def summarize(study: optuna.Study, prof: Profile, loop: SearchLoop, store: Study
         pruned=sum(t.state == optuna.trial.TrialState.PRUNED for t in search),
         duplicates=loop.stats.duplicates, retries=loop.stats.retries, saved_s=round(loop.stats.saved_s, 2),
         best=best, finalists=[v.to_dict() for v in verdicts], trials_to_best=to_best,
-        exhausted=loop.stats.exhausted,
+        exhausted=loop.stats.exhausted, policy=policy.as_dict(prof.search.policy),
         stopped=(f"every slot ended {RETIRE_AFTER_INFRA} trials in a row as infra faults (the host, not the "
                  f"config): {loop.retired_why}") if loop.stats.retired else None)

@@ -184,6 +184,11 @@ def show(out: dict[str, Any], root: Path) -> None:
     groups = finalists(data.trials, (data.best or {}).get("finalists"))
     if groups:
         show_table(_finalists_table(groups), keep=("trial",))
+    pol = out.get("policy") or {}
+    if pol.get("off"):                      # a policy the profile changed: say which rules did not run
+        console.print(f"[bold]policy[/bold]: proposers {' > '.join(pol['proposers']) or 'none'}, vetoes "
+                      f"{', '.join(pol['vetoes']) or 'none'}; off: {', '.join(pol['off'])} (search.policy)",
+                      highlight=False)
     race = (out.get("best") or {}).get("race")
     if race:
         console.print(f"[bold]finalists[/bold]: {race['rule']}; {race['spent']} of {race['budget']} reruns spent "
