@@ -63,14 +63,18 @@ def _one_run(job: tuple[str, int, int, float, int | None]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as root:
         out = run_search(prof, trials=trials, root=root, evaluate=VirtualEvaluator(prof, seed), seed=seed,
                          storage_url=url)
-    served = fin.candidates(optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials)
+    trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
+    served = fin.candidates(trials)
     ceiling = max((true_value(path, t.params) for t in served), default=0.0)   # the best config the search ran
     best = out.best or {}
     if not best:
         return {"within": False, "claimed": None}
     claimed = best.get("confirmed_value") or best["value"]
     truth = true_value(path, best["params"])
-    base_true = true_value(path, _baseline(path))          # the baseline: the profile's base values
+    # the baseline the gain is claimed over: the study's own trial 0 (the profile's base values, and the knobs with
+    # none drawn by the seed: a true baseline of SGLang's unset defaults would be another config)
+    base = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
+    base_true = true_value(path, dict(base.params) if base is not None else _baseline(path))
     g = best.get("gain") or {}
     true_gain = truth / base_true if base_true else None
     return {"within": truth >= 0.98 * target, "true": truth, "claimed": claimed, "target": target,
