@@ -45,7 +45,8 @@ class State:
         self.log = Log(vars(ns).get("tensor_parallel_size") or vars(ns).get("tp_size") or 1)   # 0.5.17: tp_size
         self.card = load_card(ns.sim_card)
         self.patches = [p for p in os.environ.get("TUNECTL_SIM_PATCHES", "").split(",") if p]
-        self.setup = resolve(self.card, sim_args.model_config(ns), dict(os.environ), self.patches)
+        self.setup = resolve(self.card, sim_args.model_config(ns), dict(os.environ), self.patches,
+                             ns.sim_sglang_version)
         if self.setup.spec is not None:           # the draft's acceptance on the workload served (sim/spec.py)
             self.setup.spec.use_workload(ns.sim_workload)
         self.engine: Engine | None = None

@@ -71,16 +71,17 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
                    range_ratio: float = 1.0, turns: int = 1,
                    draw: Callable[[random.Random], tuple[int, int]] | None = None,
                    conversations: Callable[[int, int], list[Conversation]] | None = None,
-                   noise: float = 1.0) -> VirtualLadder:
+                   noise: float = 1.0, sglang_version: str = "0.5.9") -> VirtualLadder:
     """`range_ratio` < 1: each request's lengths drawn from [len x ratio, len] like `bench_serving
     --random-range-ratio`, so requests do not finish in lockstep waves; `draw(rng)`: (input, output) lengths
     drawn otherwise. `turns` > 1: conversations whose every turn resends the history (the previous prompt, its
     answer, a new message), one stream each, as the built-in client sends them. `conversations(level, n)`: a
     dataset's requests as token ids (their prefixes hashed like the live stand-in's); else synthetic prompts, whose
     random ids share nothing but the shared prefix and the history (so their blocks are named, not hashed).
-    `noise`: the card's launch and drift noise x this, seeded by `seed` (0: the noise-free model, the true value)."""
+    `noise`: the card's launch and drift noise x this, seeded by `seed` (0: the noise-free model, the true value).
+    `sglang_version`: the version played (sim/spec.py)."""
     card = load_card(card) if isinstance(card, str) else card
-    setup = resolve(card, config, env, list(patches))
+    setup = resolve(card, config, env, list(patches), sglang_version)
     out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash, setup=setup)
     if setup.crash is not None:
         return out

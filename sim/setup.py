@@ -176,7 +176,7 @@ def _attention(card: Card, c: dict[str, Any]) -> tuple[str | None, float, float]
 
 
 def resolve(card: Card, config: dict[str, Any], env: dict[str, str] | None = None,
-            patches: list[str] | tuple[str, ...] = ()) -> Setup:
+            patches: list[str] | tuple[str, ...] = (), version: str = "0.5.9") -> Setup:
     c, env = normalize(config), env or {}
     pids = _patch_ids(patches)
     moe, moe_mult, autotune = _runner(card, c, pids)
@@ -200,7 +200,7 @@ def resolve(card: Card, config: dict[str, Any], env: dict[str, str] | None = Non
     s.pt1_prone = (pt1 is not None and kv_dtype == pt1.kv_dtype and s.chunked_prefix_cache
                    and not _patch_ids([pt1.fixed_by_patch]) & pids and _metadata_lacks_field(c))
     s.jit_s, s.attention = _jit_s(card, moe), attn
-    s.spec, s.refused = resolve_spec(card, c, env)
+    s.spec, s.refused = resolve_spec(card, c, env, version)
     s.max_running = max_running(_given(config), s.spec, s.max_running)
     if s.refused is not None:              # ServerArgs refuses it before anything starts (sim/spec.py)
         s.crash = StartupCrash("server_args", "speculative_refused", s.refused[2])

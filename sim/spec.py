@@ -47,7 +47,7 @@ class Spec:
     draft_tokens: int
     draft: SpecDraft
     accept: float                  # per-token acceptance probability on the workload
-    simulated: float | None        # SGLANG_SIMULATE_ACC_LEN (EAGLE family only, as in 0.5.9's eagle_info.py)
+    simulated: float | None        # SGLANG_SIMULATE_ACC_LEN (0.5.9: EAGLE family only, eagle_info.py; 0.5.17: NGRAM too)
 
     def use_workload(self, kind: str | None) -> None:
         """The acceptance the draft reaches on this workload kind (the card's `accept`)."""
@@ -97,10 +97,19 @@ def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
-def resolve_spec(card: Card, c: dict[str, Any], env: dict[str, str]
+def _at_least(version: str, floor: tuple[int, ...]) -> bool:
+    try:
+        return tuple(int(x) for x in version.split(".")[:3]) >= floor
+    except ValueError:
+        return False
+
+
+def resolve_spec(card: Card, c: dict[str, Any], env: dict[str, str], version: str = "0.5.9"
                  ) -> tuple[Spec | None, tuple[int, str, str] | None]:
     """`c`: the flags with SGLang's defaults (underscored). (None, None): no speculative decoding (or a card
-    without `speculative:`); (None, refusal): SGLang refuses the flags at startup."""
+    without `speculative:`); (None, refusal): SGLang refuses the flags at startup. `version`: the SGLang version
+    played (0.5.17's NGRAM verifies through EAGLE's `eagle_sample`, so SGLANG_SIMULATE_ACC_LEN sets its acceptance
+    too: ngram_worker.py:21, eagle_utils.py:838; measured on a real H100, docs/real-gpu.md)."""
     algo = c.get("speculative_algorithm")
     if algo in (None, "none", "None", "") or card.speculative is None:
         return None, None
@@ -112,7 +121,9 @@ def resolve_spec(card: Card, c: dict[str, Any], env: dict[str, str]
         topk = sc.ngram.max_bfs_breadth
         ndt = ndt or sc.ngram.max_match_window_size
         steps = steps or ndt - 1
-        return Spec(algo, steps, topk, ndt, sc.ngram, sc.ngram.accept_on(None), None), None
+        sim = float(env.get("SGLANG_SIMULATE_ACC_LEN", "-1") or -1)
+        simulated = sim if sim > 0 and _at_least(version, (0, 5, 17)) else None
+        return Spec(algo, steps, topk, ndt, sc.ngram, sc.ngram.accept_on(None), simulated), None
     if steps is None:
         if topk is not None or ndt is not None:
             return None, PARTIAL

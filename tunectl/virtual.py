@@ -39,7 +39,8 @@ class VirtualEvaluator:
         res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual")
         for wl in self.prof.bench.workloads:
             lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels,
-                                 seed=self.seed * 100003 + n, noise=self.noise, **self._workload(wl))
+                                 seed=self.seed * 100003 + n, noise=self.noise,
+                                 sglang_version=self.prof.server.sglang_version or "0.5.9", **self._workload(wl))
             if not self._add(res, lad, wl.label, should_prune):
                 break
         res.wall_s = res.ready_s + sum(lv.duration_s for lv in res.levels)
@@ -105,7 +106,8 @@ class VirtualEvaluator:
 
             raise UsageError("objective.capacity.by: 'concurrency' is searched on live launches only; the virtual "
                              "model brackets request rates (by: rate)")
-        lad = virtual_ladder(self.card, flags, env, patches, levels=[])
+        lad = virtual_ladder(self.card, flags, env, patches, levels=[],
+                             sglang_version=self.prof.server.sglang_version or "0.5.9")
         res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual",
                           ready_s=lad.startup_s)
         if lad.startup_crash is not None:

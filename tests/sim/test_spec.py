@@ -94,6 +94,19 @@ def test_acceptance_depends_on_the_workload_and_the_draft() -> None:
     assert virtual_ladder(card, {}, levels=[1], noise=0.0).levels[0].spec_accept_length is None    # off: none
 
 
+def test_simulated_acceptance_reaches_ngram_from_0517_as_measured() -> None:
+    """SGLANG_SIMULATE_ACC_LEN sets NGRAM's acceptance on 0.5.17 (its worker verifies through EAGLE's eagle_sample;
+    a real H100 read 2.45-2.57 for 2.5, docs/real-gpu.md), not on 0.5.9 (EAGLE's verify only)."""
+    card = load_card("llama31-8b-h200")
+    ngram = {"speculative-algorithm": "NGRAM", "speculative-num-draft-tokens": 4}
+    env = {"SGLANG_SIMULATE_ACC_LEN": "2.5"}
+    acc = {v: virtual_ladder(card, ngram, env, levels=[1], noise=0.0, sglang_version=v).levels[0].spec_accept_length
+           for v in ("0.5.9", "0.5.17", "0.5.23")}
+    assert acc["0.5.17"] == acc["0.5.23"] == 2.5
+    own = virtual_ladder(card, ngram, levels=[1], noise=0.0, sglang_version="0.5.17").levels[0].spec_accept_length
+    assert acc["0.5.9"] == own != 2.5                             # 0.5.9: the card's own n-gram acceptance
+
+
 def test_speculative_decoding_wins_at_low_concurrency_and_loses_at_high() -> None:
     for path, wins in ((LOW, True), (HIGH, False)):
         prof = load_profile(path)
