@@ -8,7 +8,8 @@
 #       (the overlay build script of docs/real-gpu.md), tunectl's wheels (bench/gpu/pack.sh) and the small tokenizer,
 #       as N folders OUTDIR/p1..pN of equal size (each carried by one device call)
 #   bench/gpu/landscape.sh stage PARTDIR N                        (GPU machine) collects a part under /tmp/ls-stage;
-#       after the N-th: overlay importable by python3, tunectl's wheels, the model folder /tmp/sgl-stage/llama8b
+#       after the N-th: overlay importable by python3, tunectl's wheels, the model folders /tmp/sgl-stage/llama8b
+#       and /tmp/sgl-stage/qwen3moe30b (the MoE landscape's)
 #   bench/gpu/landscape.sh run DESIGN OUT                         (GPU machine, repository root; run it detached)
 #       env: DEADLINE (epoch s: no config starts after DEADLINE - CONFIG_S), CONFIG_S (default 150),
 #       RELAUNCH ("c02 c05": after the design, each of these again as <name>-<id>-r2, -r3), ONLY ("c03 c07"),
@@ -37,9 +38,12 @@ stage() {
   mkdir -p "$b"; cp "$part"/bundle.part* "$b/"
   [ "$(ls "$b"/bundle.part* | wc -l)" -ge "$n" ] || { echo "staged $(ls "$b"/bundle.part* | wc -l) of $n"; return 0; }
   cat "$b"/bundle.part* | tar x -C "$b"
-  mkdir -p /tmp/sgl-overlay /tmp/sgl-stage/llama8b
+  mkdir -p /tmp/sgl-overlay
   [ -d /tmp/sgl-overlay/site/sglang ] || tar xzf "$b/site.tgz" -C /tmp/sgl-overlay
-  cp "$here"/bench/gpu/llama8b/config.json "$b"/tiny-llama/tokenizer*.json /tmp/sgl-stage/llama8b/
+  local m
+  for m in llama8b qwen3moe30b; do        # the landscapes' models: a config.json each, the small tokenizer
+    mkdir -p /tmp/sgl-stage/$m; cp "$here"/bench/gpu/$m/config.json "$b"/tiny-llama/tokenizer*.json /tmp/sgl-stage/$m/
+  done
   local site; site=$(python3 -c "import site; print(site.getsitepackages()[0])")
   echo "import sys; sys.path.insert(0, '/tmp/sgl-overlay/site')" > "$site/zz-sgl-overlay.pth"
   bash "$b/whl/install.sh"
