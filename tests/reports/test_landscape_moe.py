@@ -3,13 +3,13 @@ says, balanced in the order the leases measure it, over knobs its profile search
 leave a KV pool on the GPU it names; and it is what bench/gpu/landscape_design.py writes."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 from pathlib import Path
 
 import yaml
 
+from tests.helpers.scripts import load_script
 from tunectl.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,10 +19,7 @@ GRAPH = ("cuda-graph-backend-decode", "cuda-graph-max-bs-decode")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("landscape_design", ROOT / "bench" / "gpu" / "landscape_design.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/gpu/landscape_design.py")
 
 
 def test_the_design_is_what_the_script_writes_and_a_balanced_full_factorial():

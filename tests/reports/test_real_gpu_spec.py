@@ -3,10 +3,10 @@ the real GPU"): the three sweeps of bench/gpu/spec.sh as tunectl recorded them, 
 models, and the power check of bench/gpu/power_check.py on the nvidia-smi samples taken beside them."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+from tests.helpers.scripts import load_script
 from tunectl.crashes.classifier import classify
 from tunectl.models import TrialResult
 
@@ -51,10 +51,7 @@ def test_eagle_with_a_dummy_draft_died_at_startup_and_is_classified():
 
 
 def _power_check():
-    spec = importlib.util.spec_from_file_location("power_check", ROOT / "bench" / "gpu" / "power_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/gpu/power_check.py")
 
 
 def test_tunectl_power_agrees_with_nvidia_smi_sampled_beside():
