@@ -71,6 +71,9 @@ def test_the_readme_and_ci_name_the_same_test_command() -> None:
     block = after[after.index("```bash\n") + 8:]
     assert block[:block.index("```")].strip() == "bash tests/run.sh"
     ci = (ROOT / ".ci" / "run").read_text()
-    assert '[ "$test_cmd" = "bash tests/run.sh" ]' in ci             # checked against the README first
+    assert "TEST_CMD='bash tests/run.sh'" in ci                       # checked against the README first
     assert "\nbash tests/run.sh\n" in ci                               # then called as written there
+    first = readme[readme.index("```bash\n") + 8:]
+    first = first[:first.index("```")].strip()                      # the README's first command, the main job
+    assert f"MAIN_JOB='{first}'" in ci and f"\n{first}\n" in ci         # checked, then run as written
     assert ".venv" in readme[readme.index("It uses the active virtual environment"):][:300]
