@@ -3,16 +3,16 @@
 Between the sampler's proposals, `Steps.next` (search/steps.py) asks the proposers in the policy's order; the first
 that has a runnable config queues it (recorded on the trial as `proposed_by` and what it answers). Each proposer
 yields candidates by one interface: repair proposers (config, fixes, bounds, evidence) through `Steps._repair`, walk
-proposers candidate configs through `Steps._step`; each candidate passes the vetoes, in the policy's order, before
-it is queued, and the sampler's own proposals pass them too. A rule left out of the policy never runs; adding one is
-its function plus its name here and in tunectl/profile.py's tuple. docs/search.md ("The policy") has the evidence
-behind each rule.
+proposers candidate configs through `Steps._step`; each candidate passes the vetoes the policy lists (their order
+does not matter: any one drops it) before it is queued, and the sampler's own proposals pass them too. A rule left
+out of the policy never runs; adding one is its function plus its name here and in tunectl/profile.py's tuple.
+docs/search.md ("The policy") has the evidence behind each rule.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tunectl.profile import PROPOSERS, VETOES, Policy
+from tunectl.profile import Policy
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,11 @@ RULES = {r.name: r for r in (
     Rule("startup_risk", "veto", "drops a proposal the startup-crash model rates at or above VETO_RISK",
          ("VETO_RISK", "TPE_STARTUP")),
 )}
-assert tuple(r for r in RULES if RULES[r].kind != "veto") == PROPOSERS and \
-    tuple(r for r in RULES if RULES[r].kind == "veto") == VETOES
-
-
-def is_default(policy: Policy) -> bool:
-    return tuple(policy.proposers) == PROPOSERS and tuple(policy.vetoes) == VETOES
+# the proposers that repair a config (a crash, a full KV pool, a log hint); the others walk from the leader
+REPAIR_PROPOSERS = tuple(n for n, r in RULES.items() if r.kind == "repair")
 
 
 def as_dict(policy: Policy) -> dict[str, list[str]]:
     """What a study records it ran with (its summary's `policy`)."""
     return {"proposers": list(policy.proposers), "vetoes": list(policy.vetoes),
-            "off": [n for n in (*PROPOSERS, *VETOES) if n not in (*policy.proposers, *policy.vetoes)]}
+            "off": [n for n in RULES if n not in (*policy.proposers, *policy.vetoes)]}

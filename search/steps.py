@@ -6,6 +6,7 @@ should be dropped unrun. docs/search.md describes the rules; the crash catalog's
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import finalists as fin
 from tunectl.search import pooling
 from tunectl.search.foresight import Seen, predicted_crash, repairs_crash
+from tunectl.search.policy import REPAIR_PROPOSERS
 from tunectl.search.repair import (
     GRAPH_MAX_BS,
     MAX_RUNNING,
@@ -53,8 +55,6 @@ KV_PRESSURE_SHARE = 0.1        # retractions worth a repair: at least this share
 # stops after this many (a crash whose first repairs did not serve is no lead worth the budget; the catalog lists
 # up to five repairs per signature).
 REPAIRS_PER_CRASH = 2
-# The proposers that repair a config (a crash, a full KV pool, a log hint); the others walk from the leader
-REPAIR_PROPOSERS = ("load_repair", "kv_pressure", "startup_repair", "log_hint")
 
 
 def outcome(t: FrozenTrial) -> str:
@@ -275,23 +275,23 @@ class Steps:
             return None
         seen = ran(trials)
         known = self.seen(done)
-        walk: list[Any] = []                    # the walk's candidates, built once when a walk proposer asks
-        for name in self.policy.proposers:
-            if name in REPAIR_PROPOSERS:
-                repair = self._repair(done, seen, known, in_flight_repairs(trials), name)
+        walk = None                             # the walk's candidates, built when the first walk proposer asks
+        for repairs, names in itertools.groupby(self.policy.proposers, key=lambda n: n in REPAIR_PROPOSERS):
+            if repairs:                         # a run of repair proposers: one pass over their evidence, in order
+                repair = self._repair(done, seen, known, in_flight_repairs(trials), tuple(names))
                 if repair is not None:
                     return repair[1], {"role": "search", "proposed_by": "repair", "repair_of": repair[0],
                                        "repair_for": repair[2]}
                 continue
-            if not walk:
-                walk.append(self._walk(done, seen, known))
-            if walk[0] is None:
+            walk = walk or self._walk(done, seen, known)
+            if walk is None:
                 return None
-            parent, by_proposer = walk[0]
-            for cand in by_proposer[name]:
-                took = self._step(cand, parent, done, seen, known)
-                if took is not None:
-                    return took
+            parent, by_proposer = walk
+            for name in names:
+                for cand in by_proposer[name]:
+                    took = self._step(cand, parent, done, seen, known)
+                    if took is not None:
+                        return took
         return None
 
     def _walk(self, done: list[FrozenTrial], seen: set[str], known: list[Seen]
@@ -384,7 +384,8 @@ class Steps:
         return self._per_history("startup_risk", done, build)
 
     def _repair(self, done: list[FrozenTrial], seen: set[str], known: list[Seen],
-                pending: list[tuple[int, str]], kind: str | None = None) -> tuple[int, dict[str, Any], str] | None:
+                pending: list[tuple[int, str]], kinds: Sequence[str] = REPAIR_PROPOSERS
+                ) -> tuple[int, dict[str, Any], str] | None:
         """The first untried repair of, in this order: the fastest configs that crashed under load after serving
         more than the incumbent did at the same levels; the incumbent when the server retracted requests (the KV
         pool was full: soft evidence); configs that crashed at startup which the value model rates near the
@@ -404,7 +405,7 @@ class Steps:
                 key = chain_key(by_number[n], by_number, why)
                 counts[key] = counts.get(key, 0) + 1
         room_from = self._room(done)
-        for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known, kind):
+        for t, fixes, bounds, why in self._to_repair(done, best[0] if best else None, known, kinds):
             if t.number in fixed or counts.get(chain_key(t, by_number, why), 0) >= REPAIRS_PER_CRASH:
                 continue                        # one of its repairs already serves the whole ladder, or spent
             room = room_from(t) if outcome(t) == "ok" else _as_is
@@ -469,13 +470,14 @@ class Steps:
         return None
 
     def _to_repair(self, done: list[FrozenTrial], incumbent: FrozenTrial | None, known: list[Seen],
-                   kind: str | None = None) -> list[tuple[FrozenTrial, Any, dict[str, float], str]]:
-        """(config, its repairs, their bounds, the evidence they answer) in the order `_repair` tries them, for one
-        repair proposer (search/policy.py; None: every repair proposer of the policy, in its order); `known`:
-        `seen(done)`."""
-        if kind is None:
-            return [r for k in self.policy.proposers if k in REPAIR_PROPOSERS
-                    for r in self._to_repair(done, incumbent, known, k)]
+                   kinds: Sequence[str] = REPAIR_PROPOSERS) -> list[tuple[FrozenTrial, Any, dict[str, float], str]]:
+        """(config, its repairs, their bounds, the evidence they answer) in the order `_repair` tries them: the
+        evidence of each repair proposer in `kinds` (search/policy.py), in that order; `known`: `seen(done)`."""
+        return [r for kind in kinds for r in self._evidence(done, incumbent, known, kind)]
+
+    def _evidence(self, done: list[FrozenTrial], incumbent: FrozenTrial | None, known: list[Seen],
+                  kind: str) -> list[tuple[FrozenTrial, Any, dict[str, float], str]]:
+        """One repair proposer's evidence, in the order it is tried."""
         wl = self.prof.bench.workloads[0]
         if kind == "load_repair":
             return [(t, self._fixes(t), {}, str(t.user_attrs.get("crash_signature", "")))

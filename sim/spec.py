@@ -47,7 +47,7 @@ class Spec:
     draft_tokens: int
     draft: SpecDraft
     accept: float                  # per-token acceptance probability on the workload
-    simulated: float | None        # SGLANG_SIMULATE_ACC_LEN (0.5.9: EAGLE family only, eagle_info.py; 0.5.17: NGRAM too)
+    simulated: float | None        # SGLANG_SIMULATE_ACC_LEN (0.5.9: the EAGLE family only; 0.5.17: NGRAM too)
 
     def use_workload(self, kind: str | None) -> None:
         """The acceptance the draft reaches on this workload kind (the card's `accept`)."""
@@ -117,12 +117,13 @@ def resolve_spec(card: Card, c: dict[str, Any], env: dict[str, str], version: st
     steps, topk, ndt = (_int(c.get(k)) for k in ("speculative_num_steps", "speculative_eagle_topk",
                                                 "speculative_num_draft_tokens"))
     sc = card.speculative
+    sim = float(env.get("SGLANG_SIMULATE_ACC_LEN", "-1") or -1)
+    simulated = sim if sim > 0 else None
     if algo == "NGRAM":
         topk = sc.ngram.max_bfs_breadth
         ndt = ndt or sc.ngram.max_match_window_size
         steps = steps or ndt - 1
-        sim = float(env.get("SGLANG_SIMULATE_ACC_LEN", "-1") or -1)
-        simulated = sim if sim > 0 and _at_least(version, (0, 5, 17)) else None
+        simulated = simulated if _at_least(version, (0, 5, 17)) else None
         return Spec(algo, steps, topk, ndt, sc.ngram, sc.ngram.accept_on(None), simulated), None
     if steps is None:
         if topk is not None or ndt is not None:
@@ -139,8 +140,7 @@ def resolve_spec(card: Card, c: dict[str, Any], env: dict[str, str], version: st
         return None, PAGED_TOPK
     path = c.get("speculative_draft_model_path") or "(self)"   # 0.5.9 falls back to the target's own weights
     draft = sc.drafts.get(path, sc.self_draft)
-    sim = float(env.get("SGLANG_SIMULATE_ACC_LEN", "-1") or -1)
-    spec = Spec(algo, steps, topk, ndt, draft, 0.0, sim if sim > 0 else None)
+    spec = Spec(algo, steps, topk, ndt, draft, 0.0, simulated)
     spec.use_workload(None)
     return spec, None
 

@@ -19,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TRIM = 0.1
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
+from tunectl.runners.server.power import summarize  # noqa: E402
+
 ENDS = "level-ends.json"
 
 
@@ -48,10 +51,10 @@ def ends(folder: Path) -> dict[str, float]:
 
 
 def smi_mean(samples: list[tuple[float, float, float]], start: float, end: float) -> tuple[float | None, int]:
-    busy = [w for t, w, u in samples if start <= t <= end and u > 0]
-    k = int(len(busy) * TRIM) if len(busy) >= 10 else 0
-    kept = busy[k:len(busy) - k]
-    return (sum(kept) / len(kept) if kept else None), len(busy)
+    """nvidia-smi's watts over [start, end] by tunectl's own rule (runners/server/power.py `summarize`), and the
+    samples that rule kept."""
+    got = summarize([{0: (w, u)} for t, w, u in samples if start <= t <= end])
+    return got.get("watts"), got.get("samples", 0)
 
 
 def check(folder: Path) -> list[dict[str, Any]]:
