@@ -322,11 +322,16 @@ class SearchLoop:
         return pooling.pool_for(self.prof.search, admission(self.prof)) if self.prof.search.pool else None
 
     def _others_racing(self) -> bool:
-        """Another worker's rerun still runs: wait for it, so every worker names the winner from the same launches
-        (and prints the same number). A dead worker's rerun is failed as stale and re-queued as usual."""
+        """Another worker's rerun is queued or still runs: wait for it (a queued one `drain` may run here), so every
+        worker names the winner from the same launches (and prints the same number). A rerun queued by another
+        worker between this worker's last round and this check is waiting, not running yet: without it, this worker
+        closed its race one launch short of the other's. A dead worker's rerun is failed as stale and re-queued."""
         mine = set(getattr(self, "keys", None) or [self.host_key])
+        trials = self.trials()
+        if any(fin.role(t) == "finalist" and t.state == TrialState.WAITING for t in trials):
+            return True
         busy = any(fin.role(t) == "finalist" and t.state == TrialState.RUNNING
-                   and t.user_attrs.get(HOST_ATTR) not in mine for t in self.trials())
+                   and t.user_attrs.get(HOST_ATTR) not in mine for t in trials)
         if busy:
             time.sleep(min(1.0, self.heartbeat_s / 4))
             fail_stale(self.study, self.hostless)
