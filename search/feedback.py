@@ -13,7 +13,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from tunectl.crashes.classifier import LOG_FACTS
+from tunectl.sglang.crashes.classifier import LOG_FACTS
 from tunectl.models import LadderStep, TrialResult
 from tunectl.objective import Score, score
 from tunectl.profile import Profile

@@ -1,6 +1,6 @@
 """Repair steps: a config that crashed with a classified signature, changed by the crash catalog's repairs.
 
-The catalog (tunectl/crashes/catalog.py) gives each signature its workarounds as `(target, change)`: the target is an
+The catalog (tunectl/sglang/crashes/catalog.py) gives each signature its workarounds as `(target, change)`: the target is an
 SGLang flag without dashes, an environment variable or `patch:<id>`; the change a value to set or a direction
 (`LOWER`/`RAISE`: the knob's next grid value that way). The search gets them through `Hooks.repairs` (it never
 imports the runners) and keeps the ones its space can express: a repair on a flag that is not a knob, or to a
@@ -11,17 +11,28 @@ neighbour is.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tunectl import knobs
-from tunectl.flags import bundled_flags
 from tunectl.models import LOWER, RAISE
 from tunectl.profile import ParamSpec, SearchSpec
 from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
-from tunectl.versions import ANY, FlagGone, bundled_versions, deprecations, translate
+from tunectl.sglang import memory
+from tunectl.sglang.flags import bundled_flags
+from tunectl.sglang.memory import (  # noqa: F401  (the flags the search's rules name, from the physics' room)
+    CHUNK,
+    GRAPH_MAX_BS,
+    KV_DTYPE,
+    MAX_RUNNING,
+    MEM_FRACTION,
+    MEMORY_TARGETS,
+    NO_GRAPHS,
+    graph_memory,
+    pool_bounds,
+)
+from tunectl.sglang.versions import ANY, FlagGone, bundled_versions, deprecations, translate
 
 RepairLookup = Callable[[str, str], Sequence[tuple[str, Any]]]   # (signature, exception line) -> repairs
 
@@ -161,167 +172,79 @@ def repaired_configs(search: SearchSpec, params: dict[str, Any], repairs: Sequen
     return out
 
 
-_TRIED = re.compile(r"Tried to allocate ([\d.]+) (MiB|GiB)")
-_TOTAL = re.compile(r"total capacity of ([\d.]+) GiB")
-_FREE = re.compile(r"of which ([\d.]+) (MiB|GiB) is free")
-
-
-def _gib(m: re.Match[str] | None) -> float:
-    return 0.0 if m is None else float(m.group(1)) / (1024.0 if m.group(2) == "MiB" else 1.0)
-
-
-def oom_sizes(exception: str) -> tuple[float, float, float] | None:
-    """(GiB the failed allocation asked for, GiB free then, GiB the GPU has) from a CUDA OOM message, else None."""
-    tried, total = _TRIED.search(exception), _TOTAL.search(exception)
-    if not tried or not total:
-        return None
-    return _gib(tried), _gib(_FREE.search(exception)), float(total.group(1))
-
-
-def oom_bounds(exception: str, params: dict[str, Any], search: SearchSpec, share: float = 0.0) -> dict[str, float]:
-    """A startup CUDA OOM says how much memory was missing and how big the GPU is: the static pool must shrink
-    by at least that share, so `mem-fraction-static <lower>` goes that far at once. `share`: how much more of the
-    GPU `params` take than the crashed config did (`Footprint`), to shrink by as well."""
-    sizes = oom_sizes(exception)
-    return {} if sizes is None else mem_fraction_bound(search, params, sizes[0] / sizes[2] + max(0.0, share))
-
-
-def oom_veto_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
-    """The same for the vetoes, which must not ban a config that would start: only the memory surely missing, the
-    failed allocation less what was free then (more allocations may have followed it: the need can be larger,
-    never smaller)."""
-    sizes = oom_sizes(exception)
-    return {} if sizes is None else mem_fraction_bound(search, params, max(0.0, sizes[0] - sizes[1]) / sizes[2])
-
-
-def mem_fraction_bound(search: SearchSpec, params: dict[str, Any], share: float) -> dict[str, float]:
-    """The mem fraction at or below which a startup OOM that missed `share` of the GPU may start."""
-    value = knob_value(search, params, MEM_FRACTION)
-    return {MEM_FRACTION: float(value) - share} if isinstance(value, (int, float)) else {}
-
-
-def pool_bounds(facts: dict[str, float], tokens_per_request: int) -> dict[str, float]:
-    """The KV pool (`max_total_num_tokens` in the server's log) holds this many requests of the workload's
-    lengths: more running requests than that are retracted and prefilled again."""
-    pool = facts.get("max_total_num_tokens")
-    return {MAX_RUNNING: pool / max(1, tokens_per_request)} if pool else {}
-
-
-MEM_FRACTION, MAX_RUNNING = "mem-fraction-static", "max-running-requests"
-GRAPH_MAX_BS, NO_GRAPHS = "cuda-graph-max-bs", "disable-cuda-graph"
-KV_DTYPE = "kv-cache-dtype"
-CHUNK = "chunked-prefill-size"
-# the ordered knobs that size a server's memory at startup: the static pool, the graphs, the prefill activations
-# and the autotune dummy run (its batch is the request pool's size)
-MEMORY_TARGETS = (MEM_FRACTION, GRAPH_MAX_BS, CHUNK, MAX_RUNNING)
-
-
 def knob_value(search: SearchSpec, params: dict[str, Any], target: str) -> Any:
     """The value `params` give the knob that drives `target` (None: no such knob, or it is not active)."""
     return next((as_target(name, spec, target, params[name]) for name, spec in search.space.items()
                  if name in params and drives(name, spec, target)), None)
 
 
+def view(search: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` as SGLang's memory physics reads a config (tunectl/sglang/memory.py): the value of each flag it
+    weighs, through the knobs that drive it."""
+    return {target: knob_value(search, params, target) for target in memory.TARGETS}
+
+
+def fp8_choice(search: SearchSpec) -> str | None:
+    """The space's FP8 KV cache choice (fp8_e4m3, fp8_e5m2), if it has one."""
+    return next((c for name, spec in search.space.items() if drives(name, spec, KV_DTYPE)
+                 for c in spec.choices or () if isinstance(c, str) and c.startswith("fp8")), None)
+
+
+def oom_bounds(exception: str, params: dict[str, Any], search: SearchSpec, share: float = 0.0) -> dict[str, float]:
+    """A startup CUDA OOM says how much memory was missing and how big the GPU is: the static pool must shrink
+    by at least that share, so `mem-fraction-static <lower>` goes that far at once. `share`: how much more of the
+    GPU `params` take than the crashed config did (`Footprint`), to shrink by as well."""
+    missing = memory.oom_missing(exception)
+    return {} if missing is None else memory.mem_fraction_bound(view(search, params), missing + max(0.0, share))
+
+
+def oom_veto_bounds(exception: str, params: dict[str, Any], search: SearchSpec) -> dict[str, float]:
+    """The same for the vetoes, which must not ban a config that would start: only the memory surely missing."""
+    missing = memory.oom_surely_missing(exception)
+    return {} if missing is None else memory.mem_fraction_bound(view(search, params), missing)
+
+
 def log_hints(search: SearchSpec, params: dict[str, Any], flags: dict[str, Any], facts: dict[str, float],
-              tokens_per_request: int) -> list[tuple[list[tuple[str, Any]], dict[str, float]]]:
-    """Changes a served config's own log asks for, as (repairs, bounds) like a crash's (soft evidence, no crash):
-    - decode batches above the captured CUDA graph sizes ran without graphs (`cuda graph: False` at a batch larger
-      than `cuda-graph-max-bs`, graphs on): raise the graph max bs to cover the largest such batch;
-    - graphs off (`disable-cuda-graph`, or 0.5.17's `cuda-graph-backend-decode: disabled` knob, a `stand_ins`):
-      switch them on, with a graph max bs that covers the largest batch logged (not the knob's baseline, which
-      `complete` would give a newly active knob);
-    - the running batch stood at `max_running_requests` with requests queued and no retraction (admission held
-      them, not the KV pool): raise max-running-requests to running + queued, at most what the pool holds;
-    - the running batch stood below that cap with requests queued and the KV pool full (the pool held them): an
-      FP8 KV cache (half the bytes per token, so twice the requests) where the space has one and the config runs
-      another, then a higher memory fraction (one grid step; the vetoes know where startup OOMs were)."""
-    out: list[tuple[list[tuple[str, Any]], dict[str, float]]] = []
-    missed, graph_bs = facts.get("decode_bs_nograph_max", 0), knob_value(search, params, GRAPH_MAX_BS)
-    if not flags.get(NO_GRAPHS) and isinstance(graph_bs, int) and missed > graph_bs:
-        out.append(([(GRAPH_MAX_BS, RAISE)], {GRAPH_MAX_BS: missed}))
-    if knob_value(search, params, NO_GRAPHS) is True and missed:
-        out.append(([(NO_GRAPHS, False)], {GRAPH_MAX_BS: missed}))
-    queued, cap = facts.get("decode_queue_at_cap", 0), facts.get("max_running_requests")
-    running = knob_value(search, params, MAX_RUNNING)
-    if queued and cap and isinstance(running, int) and cap >= running and not facts.get("retracted_reqs"):
-        want = cap + queued
-        pool = pool_bounds(facts, tokens_per_request).get(MAX_RUNNING)
-        if pool is None or pool > running:
-            out.append(([(MAX_RUNNING, RAISE)], {MAX_RUNNING: min(want, pool) if pool else want}))
-    if facts.get("decode_queue_pool_full"):
-        out.append(([*pool_relief(search, params, facts), (MEM_FRACTION, RAISE)], {}))
-    return out
-
-
-def graph_memory(facts: Sequence[dict[str, float]]) -> Callable[[int], float] | None:
-    """GiB the decode CUDA graphs up to a max bs take, from the servers' logs (`graph_mem_gb` at `graph_bs_max`):
-    a line through the sizes seen at two or more max bs, else in proportion to the one seen (an overestimate where
-    part of the memory is fixed). None before any capture was logged."""
-    seen: dict[int, float] = {}
-    for f in facts:
-        bs, gb = f.get("graph_bs_max"), f.get("graph_mem_gb")
-        if bs and gb is not None:
-            seen[int(bs)] = max(seen.get(int(bs), 0.0), float(gb))
-    if not seen:
-        return None
-    if len(seen) == 1:
-        (b0, g0), = seen.items()
-        return lambda b: g0 * b / b0
-    xs, ys = list(seen), list(seen.values())
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
-    return lambda b: max(0.0, my + slope * (b - mx))
+              tokens_per_request: int) -> list[memory.Hint]:
+    """The changes a served config's own log asks for (tunectl/sglang/memory.py `log_hints`), for `params`."""
+    return memory.log_hints(view(search, params), flags, facts, tokens_per_request, fp8_choice(search))
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """GB per GPU a config's static pool (mem fraction x the GPU's memory) and decode CUDA graphs (`graph_gb` at
-    its max bs) take, as the servers' logs size them: what a startup OOM weighs configs by. Two configs that trade
-    a lower mem fraction for larger graphs (0.88 with graphs to 512 against 0.91 with graphs to 256) compare by
-    the memory they leave, not knob by knob."""
+    """The study's memory footprint (tunectl/sglang/memory.py `Footprint`) read through the space's knobs."""
 
-    total_gb: float
-    graph_gb: Callable[[int], float]
+    physics: memory.Footprint
+
+    @property
+    def total_gb(self) -> float:
+        return self.physics.total_gb
+
+    @property
+    def graph_gb(self) -> Callable[[int], float]:
+        return self.physics.graph_gb
 
     def of(self, search: SearchSpec, params: dict[str, Any]) -> float | None:
-        """None where the config has no mem fraction knob or runs without graphs (no graph size to add)."""
-        mem, bs = knob_value(search, params, MEM_FRACTION), knob_value(search, params, GRAPH_MAX_BS)
-        if not numeric([mem]) or not numeric([bs]) or knob_value(search, params, NO_GRAPHS) is True:
-            return None
-        return float(mem) * self.total_gb + self.graph_gb(int(bs))
+        return self.physics.of(view(search, params))
 
     def excess(self, search: SearchSpec, params: dict[str, Any], other: dict[str, Any]) -> float:
-        """How much more of the GPU (a share) `params` take than `other` does; 0 where either is unknown."""
-        mine, theirs = self.of(search, params), self.of(search, other)
-        return 0.0 if mine is None or theirs is None else (mine - theirs) / self.total_gb
+        return self.physics.excess(view(search, params), view(search, other))
 
 
 def footprint(facts: Sequence[dict[str, float]]) -> Footprint | None:
     """The footprint the logs give (None before a capture and the GPU's memory were logged)."""
-    graph = graph_memory(facts)
-    total = max((f["gpu_mem_gb"] for f in facts if f.get("gpu_mem_gb")), default=None)
-    return None if graph is None or total is None else Footprint(float(total), graph)
+    fp = memory.footprint(facts)
+    return None if fp is None else Footprint(fp)
 
 
 def graph_room(search: SearchSpec, cand: dict[str, Any], params: dict[str, Any], facts: dict[str, float],
                graph_gb: Callable[[int], float] | None, floor_gb: float | None) -> dict[str, Any]:
-    """`cand`, a change of the served config `params` whose log gave `facts`, with the mem fraction lowered (to a
-    grid value) so that the CUDA graphs it captures leave at least `floor_gb` free after startup, the least any
-    served config was left with: graphs switched on or a larger max bs need memory the static pool has to give up
-    (SGLang's tuning guide: graphs for large batches cost memory, lower mem-fraction-static). As it is where its
-    graphs need no more memory than the served config's did, where the log, the graph sizes or the floor are
-    unknown, or where no grid value is low enough."""
-    total, free = facts.get("gpu_mem_gb"), facts.get("available_gpu_mem_gb")
-    bs, was, now = (knob_value(search, cand, GRAPH_MAX_BS), knob_value(search, params, MEM_FRACTION),
-                    knob_value(search, cand, MEM_FRACTION))
-    if (graph_gb is None or floor_gb is None or not total or free is None or knob_value(search, cand, NO_GRAPHS)
-            or not isinstance(bs, int) or not numeric((was, now))):
+    """`cand`, a change of the served config `params` whose log gave `facts`, with the mem fraction lowered to the
+    highest grid value at or below `memory.graph_room_bound` (its graphs leave at least `floor_gb` free); as it is
+    where no bound applies or no grid value is low enough."""
+    bound = memory.graph_room_bound(view(search, params), view(search, cand), facts, graph_gb, floor_gb)
+    if bound is None:
         return cand
-    more = graph_gb(bs) - facts.get("graph_mem_gb", 0.0)
-    left = free - more - (now - was) * total
-    if more <= 0 or left >= floor_gb:
-        return cand
-    bound = now - (floor_gb - left) / total
     grid = grid_space(search, points=GRID_POINTS)
     for name, spec in search.space.items():
         if name in cand and drives(name, spec, MEM_FRACTION) and numeric(grid[name]):
@@ -332,15 +255,8 @@ def graph_room(search: SearchSpec, cand: dict[str, Any], params: dict[str, Any],
 
 def pool_relief(search: SearchSpec, params: dict[str, Any],
                 facts: dict[str, float] | None = None) -> list[tuple[str, Any]]:
-    """A KV pool that holds the batch back: an FP8 KV cache (half the bytes per token, twice the requests), where
-    the space has an FP8 choice (fp8_e4m3, fp8_e5m2) and the config runs another; not where the server's log says
-    its pool is 8-bit already (`kv_cache_bits`: `auto` resolves to FP8 for some checkpoints and GPUs)."""
-    if (facts or {}).get("kv_cache_bits", 16) <= 8:
-        return []
-    kv = knob_value(search, params, KV_DTYPE)
-    fp8 = next((c for name, spec in search.space.items() if drives(name, spec, KV_DTYPE)
-                for c in spec.choices or () if isinstance(c, str) and c.startswith("fp8")), None)
-    return [(KV_DTYPE, fp8)] if fp8 is not None and isinstance(kv, str) and not kv.startswith("fp8") else []
+    """An FP8 KV cache for a pool that holds the batch back (tunectl/sglang/memory.py `kv_relief`)."""
+    return memory.kv_relief(view(search, params), fp8_choice(search), facts)
 
 
 def lookup(repairs: RepairLookup | None, signature: str | None, text: str = "") -> Sequence[tuple[str, Any]]:

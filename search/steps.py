@@ -42,7 +42,8 @@ from tunectl.search.space import base_values, config_key
 from tunectl.search.study import host_of
 from tunectl.search.surrogate import Admission, History, Surrogate, ordered, startup_risk
 
-from tunectl import knobs, scopes
+from tunectl import knobs
+from tunectl.sglang import scopes
 from tunectl.models import LOWER, RAISE, ladder_steps
 from tunectl.profile import Profile, SearchSpec
 
@@ -79,7 +80,7 @@ def history(done: list[FrozenTrial], known: list[Seen] | None = None) -> History
 
 
 def facts(t: FrozenTrial) -> dict[str, float]:
-    """What the trial's server logged (tunectl/crashes/classifier.py LOG_FACTS)."""
+    """What the trial's server logged (tunectl/sglang/crashes/classifier.py LOG_FACTS)."""
     return t.user_attrs.get("server_facts") or {}
 
 
@@ -260,7 +261,7 @@ class Steps:
         # the vetoes that need no repairs). Local steps keep going while they improve and fill knobs that become
         # active with their baseline values (the vetoes catch the crashes such a walk meets).
         self.prof, self.repairs, self.rng = prof, repairs, rng
-        self.gpu_sm = gpu_sm            # a backend this GPU has no kernels for is never proposed (tunectl/scopes.py)
+        self.gpu_sm = gpu_sm            # a backend this GPU has no kernels for is never proposed (tunectl/sglang/scopes.py)
         self.admission = admission(prof)
         self.policy = prof.search.policy        # which rules run, in what order (search/policy.py)
         self._memo: dict[str, tuple[tuple[int, ...], Any]] = {}     # what one history gives, by name

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tunectl.flags import FlagSpec, bundled_flags, config_refused, config_to_argv
+from tunectl.sglang.flags import FlagSpec, bundled_flags, config_refused, config_to_argv
 
 SGLANG_VERSION = "0.5.9"
 # Flags the model reads get SGLang's real types, so a bad value exits 2 like the real parser.
@@ -29,7 +29,7 @@ TYPES: dict[str, Any] = {
 VERSIONS = ("0.5.9", "0.5.17", "0.5.23")
 # Options SGLang's --config parser refuses: their destination belongs to an argparse action that is neither store
 # nor store_true (server_args_config_parser.py, `unsupported_actions`, keyed by dest), derived from each version's
-# parser source (tunectl/sglang_source.py). 0.5.17 refuses the NEW names of options a deprecated alias shares
+# parser source (tunectl/sglang/source.py). 0.5.17 refuses the NEW names of options a deprecated alias shares
 # (real: "Unsupported config option 'cuda_graph_backend_prefill' with action 'DeprecatedStoreConstAction'"): tunectl
 # puts them on the command line (runners/server/plan.py).
 CONFIG_UNSUPPORTED: dict[str, dict[str, str]] = {v: config_refused(v) for v in VERSIONS}

@@ -130,7 +130,7 @@ def test_checks_on_real_sglang_059_source(tmp_path, install):
     """engine sglang: version found through the profile's python, patches dry-run on the real 0.5.9 source,
     flags validated against SGLang 0.5.9's own --help (seeded into the per-host cache: launching the real
     `--help` needs torch)."""
-    from tunectl.flags import HELP_DIR
+    from tunectl.sglang.flags import HELP_DIR
     from tunectl.runners.checks import flagcheck
     from tunectl.runners.checks.readiness import run_checks
     from tunectl.runners.hosts.local import LocalRunner

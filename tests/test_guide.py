@@ -62,7 +62,7 @@ def _tunectl_on_path(tmp: Path) -> Path:
 
 
 def test_the_guide_names_every_step_in_order(tmp_path):
-    from tunectl.flags import bundled_flags
+    from tunectl.sglang.flags import bundled_flags
     from tunectl.profile import load_profile
 
     subcommands = [" ".join(c.split()[1:3]) if c.split()[1] == "hosts" else c.split()[1] for c in guide_commands()]

@@ -10,17 +10,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # the ground floor: plain data and knowledge, importable from every room
-GROUND = ("tunectl.models", "tunectl.profile", "tunectl.yamlmodel", "tunectl.errors", "tunectl.flags", "tunectl.knobs",
-          "tunectl.engines", "tunectl.redact", "tunectl.crashes", "tunectl.stats", "tunectl.versions",
-          "tunectl.goodput", "tunectl.traces", "tunectl.workloads", "tunectl.datasets", "tunectl.objective",
-          "tunectl.scopes", "tunectl.energy")
+GROUND = ("tunectl.models", "tunectl.profile", "tunectl.yamlmodel", "tunectl.errors", "tunectl.knobs",
+          "tunectl.engines", "tunectl.redact", "tunectl.stats", "tunectl.goodput", "tunectl.traces", "tunectl.workloads",
+          "tunectl.datasets", "tunectl.objective", "tunectl.energy",
+          "tunectl.sglang")     # SGLang's physics: flags, versions, scopes, crashes, memory
 
 # room (folder) -> the tunectl modules it may import, and the outside modules it must not
 RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "tunectl/crashes": (("tunectl.crashes", "tunectl.models"), ("optuna", "subprocess", "paramiko")),
+    "tunectl/sglang/crashes": (("tunectl.sglang.crashes", "tunectl.models"), ("optuna", "subprocess", "paramiko")),
+    "tunectl/sglang": (("tunectl.sglang", "tunectl.models", "tunectl.profile", "tunectl.knobs", "tunectl.errors"),
+                       ("optuna", "subprocess", "paramiko", "aiohttp")),
     "search": ((*GROUND, "tunectl.search"), ("subprocess", "paramiko", "aiohttp")),
     "reports": ((*GROUND, "tunectl.store", "tunectl.reports"), ("subprocess", "paramiko", "aiohttp")),
-    "sim": (("tunectl.sim", "tunectl.flags", "tunectl.errors", "tunectl.yamlmodel"), ("optuna", "paramiko")),
+    "sim": (("tunectl.sim", "tunectl.sglang.flags", "tunectl.errors", "tunectl.yamlmodel"), ("optuna", "paramiko")),
     "runners/hosts": (("tunectl.runners.hosts", "tunectl.errors", "tunectl.profile", "tunectl.store"), ("optuna",)),
     "runners/clients": (("tunectl.runners.clients", "tunectl.runners.hosts.base", "tunectl.models", "tunectl.profile",
                          "tunectl.stats", "tunectl.goodput", "tunectl.traces", "tunectl.workloads",
@@ -82,3 +84,26 @@ def test_a_forbidden_import_is_reported(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     allowed, banned = RULES["search"]
     assert violations("search", allowed, banned) == {"search/bad.py": ["tunectl.runners.hosts.ssh"]}
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants in the code of `path`, docstrings left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_the_search_names_no_sglang_flag_its_physics_lives_in_tunectl_sglang() -> None:
+    from tunectl.sglang.flags import bundled_flags
+    from tunectl.sglang.versions import bundled_versions
+
+    flags = {f.lstrip("-") for v in bundled_versions() for f in bundled_flags(v)}
+    assert {"mem-fraction-static", "cuda-graph-max-bs", "kv-cache-dtype"} <= flags
+    found = {f"{p.relative_to(ROOT)}:{line}": s for p in sorted((ROOT / "search").glob("*.py"))
+             for line, s in _code_strings(p) if s.lstrip("-") in flags or s.replace("_", "-") in flags}
+    assert found == {}
+    # the walk does see them where they live
+    assert "mem-fraction-static" in {s for _, s in _code_strings(ROOT / "tunectl" / "sglang" / "memory.py")}

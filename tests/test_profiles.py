@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests._badyaml import bad_yaml_error
-from tunectl.flags import bundled_flags
+from tunectl.sglang.flags import bundled_flags
 from tunectl.profile import load_profile
 
 PROFILES = sorted((Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml"))

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tunectl.cli import app
-from tunectl.flags import HELP_DIR, bundled_flags, config_refused, flag_index
+from tunectl.sglang.flags import HELP_DIR, bundled_flags, config_refused, flag_index
 from tunectl.profile import Profile, default_profile_path
 from tunectl.runners.server.plan import build_plan
-from tunectl.sglang_source import refused
+from tunectl.sglang.source import refused
 
 PARSER = '''
 import argparse
@@ -77,7 +77,7 @@ def test_versions_add_reads_an_unpacked_parser(tmp_path: Path, monkeypatch: pyte
     src = tmp_path / "sglang"
     (src / "srt" / "arg_groups").mkdir(parents=True)
     (src / "srt" / "server_args.py").write_text(PARSER)
-    monkeypatch.setattr("tunectl.flags.HELP_DIR", tmp_path)
+    monkeypatch.setattr("tunectl.sglang.flags.HELP_DIR", tmp_path)
     monkeypatch.setattr("tunectl.commands.versions.HELP_DIR", tmp_path)
     res = CliRunner().invoke(app, ["versions", "add", "--source", str(src), "--version", "9.9.9"])
     assert res.exit_code == 0, res.output
@@ -123,7 +123,7 @@ def test_versions_add_reads_help_and_parser_from_the_host(tmp_path: Path, monkey
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump({"name": "h", "model": {"path": "m"}, "server": {
         "engine": "sglang", "python": sys.executable, "sglang_version": "9.9.9"}}))
-    monkeypatch.setattr("tunectl.flags.HELP_DIR", tmp_path)
+    monkeypatch.setattr("tunectl.sglang.flags.HELP_DIR", tmp_path)
     monkeypatch.setattr("tunectl.commands.versions.HELP_DIR", tmp_path)
     res = CliRunner().invoke(app, ["versions", "add", "-p", str(prof)])
     assert res.exit_code == 0, res.output

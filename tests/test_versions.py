@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tunectl import versions
-from tunectl.crashes.catalog import CATALOG_VERSION, SIGNATURES
-from tunectl.flags import bundled_flags, flag_index
+from tunectl.sglang import versions
+from tunectl.sglang.crashes.catalog import CATALOG_VERSION, SIGNATURES
+from tunectl.sglang.flags import bundled_flags, flag_index
 from tunectl.migrate import move_profile
 from tunectl.models import LOWER
 from tunectl.profile import Profile, default_profile_path

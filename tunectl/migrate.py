@@ -1,4 +1,4 @@
-"""A profile, or a study's configs, moved to another SGLang version (tunectl/versions.py does the flag names).
+"""A profile, or a study's configs, moved to another SGLang version (tunectl/sglang/versions.py does the flag names).
 
 - `move_profile(data, dst)`: a profile's YAML data as SGLang `dst` spells it: base flags, `argv_flags`, flag knobs
   (renamed knobs keep their meaning; `when:` and `try_first` follow), patch knobs and patches whose manifest does not
@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tunectl import knobs, versions
+from tunectl import knobs
+from tunectl.sglang import versions
 from tunectl.profile import Profile
 
 

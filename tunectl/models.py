@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-# A crash catalog repair (tunectl/crashes/catalog.py), as the search reads it (search/repair.py): (target, change),
+# A crash catalog repair (tunectl/sglang/crashes/catalog.py), as the search reads it (search/repair.py): (target, change),
 # target a flag without dashes, an environment variable or `patch:<id>`; change a value or one of the directions.
 LOWER, RAISE = "<lower>", "<raise>"
 Repair = tuple[str, object]

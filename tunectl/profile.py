@@ -139,7 +139,7 @@ class ParamSpec(Strict):
     step: float | None = None
     when: dict[str, Any] = Field(default_factory=dict)   # only sampled when these knobs have these values
     default: Any = None                                   # value in the baseline (trial 0); None = base flags
-    # the `when:` SGLang's source implies where the profile wrote none (tunectl/scopes.py; not part of the YAML)
+    # the `when:` SGLang's source implies where the profile wrote none (tunectl/sglang/scopes.py; not part of the YAML)
     _implied: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @property
@@ -346,7 +346,7 @@ class Profile(Strict):
 
     @model_validator(mode="after")
     def _implied_conditions(self) -> Profile:
-        from tunectl import scopes
+        from tunectl.sglang import scopes
 
         scopes.apply(self)
         return self

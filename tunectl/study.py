@@ -14,9 +14,10 @@ from typing import Any
 
 import optuna
 
-from tunectl import identity, knobs, recovery, redact, scopes, versions, warmstart
-from tunectl.crashes.catalog import CATALOG_VERSION
-from tunectl.crashes.classifier import repairs_for
+from tunectl import identity, knobs, recovery, redact, warmstart
+from tunectl.sglang import scopes, versions
+from tunectl.sglang.crashes.catalog import CATALOG_VERSION
+from tunectl.sglang.crashes.classifier import repairs_for
 from tunectl.errors import UsageError
 from tunectl.models import TrialResult
 from tunectl.objective import value_metric
@@ -98,7 +99,7 @@ def gpu_sm(prof: Profile, gpu: str) -> int | None:
 
 def backend_check(prof: Profile, runner: Any) -> Check:
     """`tunectl check`'s row for the GPU's kernels: fails when the baseline (trial 0) runs a backend this GPU has
-    no kernels for (tunectl/scopes.py `GPU_NEEDS`; it would crash at startup); else names the search space's
+    no kernels for (tunectl/sglang/scopes.py `GPU_NEEDS`; it would crash at startup); else names the search space's
     choices the search will never run here (the GPU veto drops them unrun)."""
     from tunectl.search.space import baseline_params
 

@@ -175,7 +175,7 @@ KILLED = 137          # the stand-in SIGKILLs itself after a crash, like SGLang'
 def read_log(lad: Any) -> Any:
     """The stand-in's log for this virtual run (sim/transcript.py), read by the live path's log watcher: the same
     crash signatures, exception lines and facts (pool size, free memory, retractions) as a live trial."""
-    from tunectl.crashes.classifier import LogWatcher
+    from tunectl.sglang.crashes.classifier import LogWatcher
     from tunectl.sim.transcript import transcript
 
     watcher = LogWatcher()

@@ -1,7 +1,7 @@
 """Every flag a profile uses must exist in the host's own `launch_server --help` with valid choices.
 
 The help text is read from the host (its SGLang, or the stand-in), cached per host, python and version under
-~/.cache/tunectl/help, and parsed with tunectl.flags. A 40-trial study must not find a renamed flag at trial 17.
+~/.cache/tunectl/help, and parsed with tunectl.sglang.flags. A 40-trial study must not find a renamed flag at trial 17.
 """
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunectl import knobs, versions
+from tunectl import knobs
+from tunectl.sglang import versions
 from tunectl.engines import engine
 from tunectl.errors import RunnerError
-from tunectl.flags import FlagSpec, did_you_mean, flag_index, parse_help
+from tunectl.sglang.flags import FlagSpec, did_you_mean, flag_index, parse_help
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import Runner
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.crashes.classifier import LogWatcher
+from tunectl.sglang.crashes.classifier import LogWatcher
 from tunectl.engines import engine
 from tunectl.errors import HostDirtyError
 from tunectl.models import CrashInfo, LaunchPlan

@@ -17,7 +17,7 @@ import yaml
 
 from tunectl import knobs
 from tunectl.engines import engine
-from tunectl.flags import bundled_flags, config_refused, config_to_argv
+from tunectl.sglang.flags import bundled_flags, config_refused, config_to_argv
 from tunectl.models import LaunchPlan
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import LOOPBACK
@@ -36,7 +36,7 @@ def _store_true_flags(version: str) -> frozenset[str]:
 
 def on_command_line(prof: Profile, config: dict[str, Any]) -> list[str]:
     """The options that go on the command line, not into --config: the ones the version's config merger refuses
-    (derived from its parser: tunectl.flags.config_refused) and the profile's `server.argv_flags`."""
+    (derived from its parser: tunectl.sglang.flags.config_refused) and the profile's `server.argv_flags`."""
     refused = config_refused(prof.server.sglang_version)
     return [k for k in config if k in prof.server.argv_flags or k.replace("-", "_") in refused]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tunectl.crashes.classifier import classify
+from tunectl.sglang.crashes.classifier import classify
 from tunectl.models import TrialResult
 from tunectl.runners.checks.patches import load_manifest
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tunectl.crashes.classifier import classify
+from tunectl.sglang.crashes.classifier import classify
 from tunectl.models import TrialResult
 
 DIR = Path(__file__).resolve().parents[2] / "docs" / "real-gpu" / "local"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from tunectl.cli import app
-from tunectl.crashes.classifier import LogWatcher, classify
+from tunectl.sglang.crashes.classifier import LogWatcher, classify
 from tunectl.reports.data import load_study
 from tunectl.store import StudyStore, read_json
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.helpers.scripts import load_script
-from tunectl.crashes.classifier import classify
+from tunectl.sglang.crashes.classifier import classify
 from tunectl.models import TrialResult
 
 ROOT = Path(__file__).resolve().parents[2]

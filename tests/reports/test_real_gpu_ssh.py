@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from tunectl.cli import app
-from tunectl.crashes.classifier import LogWatcher, classify
+from tunectl.sglang.crashes.classifier import LogWatcher, classify
 from tunectl.runners.checks.patches import load_manifest
 from tunectl.store import StudyStore
 

@@ -18,7 +18,7 @@ from tunectl.runners.clients.bench_serving import (
 )
 
 FIX = Path(__file__).parent.parent / "fixtures" / "bench_serving"
-HELP = Path(__file__).parent.parent.parent / "tunectl" / "sglang_help" / "bench_serving-0.5.23.txt"
+HELP = Path(__file__).parent.parent.parent / "tunectl" / "sglang" / "help" / "bench_serving-0.5.23.txt"
 
 
 def _read(name: str) -> str:

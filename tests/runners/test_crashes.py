@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.spec_text import refusal
 
-from tunectl.crashes.classifier import SIGNATURES, LogWatcher, classify
+from tunectl.sglang.crashes.classifier import SIGNATURES, LogWatcher, classify
 from tunectl.models import CRASH_CLASSES
 
 LOGS = Path(__file__).parent.parent / "fixtures" / "logs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunectl.crashes.classifier import LogWatcher, classify
+from tunectl.sglang.crashes.classifier import LogWatcher, classify
 from tunectl.profile import load_profile
 from tunectl.runners.clients.prompts import make_prompts, warmup_prompts
 from tunectl.runners.server import plan as server
@@ -73,7 +73,7 @@ def test_option_names_in_the_server_args_line_are_no_crash_evidence() -> None:
 
 def test_moe_runner_refused_by_sglang_is_a_config_error_with_a_repair() -> None:
     """flashinfer_cutedsl on a bf16 model: SGLang's own argument check, before the server_args line, exit 1."""
-    from tunectl.crashes.classifier import repairs_for
+    from tunectl.sglang.crashes.classifier import repairs_for
 
     text = (SSH_LOGS / "moe-runner-cutedsl-bf16.log").read_text()
     crash = classify(text, "startup", None, 1)

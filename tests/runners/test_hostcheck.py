@@ -12,7 +12,7 @@ import pytest
 
 from tests.runners.conformance import FREE_PORT, LISTEN, py, wait_for
 from tunectl.errors import HostDirtyError
-from tunectl.flags import bundled_flags
+from tunectl.sglang.flags import bundled_flags
 from tunectl.profile import Profile
 from tunectl.runners.checks import flagcheck, hostcheck
 from tunectl.runners.hosts.local import LocalRunner

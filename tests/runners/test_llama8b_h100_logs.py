@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunectl.crashes.classifier import LogWatcher, classify
+from tunectl.sglang.crashes.classifier import LogWatcher, classify
 from tunectl.profile import load_profile
 from tunectl.search.repair import log_hints, repaired_configs
 from tunectl.search.sampler import complete

@@ -9,7 +9,7 @@ import optuna
 
 from tests.search.test_repair import search_trials
 from tunectl import knobs
-from tunectl.crashes.classifier import LogWatcher
+from tunectl.sglang.crashes.classifier import LogWatcher
 from tunectl.profile import load_profile
 from tunectl.search.repair import log_hints, repair_moves
 from tunectl.study import run_search
@@ -223,7 +223,7 @@ def test_every_fact_the_log_gives_reaches_the_search_through_the_one_list() -> N
     gives can fall between two lists. End to end on a real SGLang 0.5.17 log (the FP8 KV pool of the SSH MoE search)
     with a full pool: log -> facts -> the trial's stored record -> the search's moves: a larger pool, not the FP8 KV
     the pool already has."""
-    from tunectl.crashes.classifier import LOG_FACTS
+    from tunectl.sglang.crashes.classifier import LOG_FACTS
     from tunectl.models import TrialResult
     from tunectl.search.feedback import evidence_attrs
 

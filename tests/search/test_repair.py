@@ -10,8 +10,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.search.conftest import make_profile
-from tunectl.crashes import classifier as crashes
-from tunectl.flags import bundled_flags
+from tunectl.sglang.crashes import classifier as crashes
+from tunectl.sglang.flags import bundled_flags
 from tunectl.profile import default_profile_path, load_profile
 from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
 from tunectl.search.repair import LOWER, RAISE, drives, repair_moves

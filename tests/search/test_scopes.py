@@ -1,4 +1,4 @@
-"""Where a flag has any effect (tunectl/scopes.py): a knob outside its flag's scope, read from SGLang's source, is
+"""Where a flag has any effect (tunectl/sglang/scopes.py): a knob outside its flag's scope, read from SGLang's source, is
 inactive there, as under a `when:` the profile wrote, and takes its baseline value when a move brings it in."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tunectl import scopes
+from tunectl.sglang import scopes
 from tunectl.profile import load_profile
 from tunectl.search.sampler import complete
 from tunectl.search.space import base_values, is_active

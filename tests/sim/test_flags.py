@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tunectl.flags import bundled_flags, did_you_mean, parse_help
+from tunectl.sglang.flags import bundled_flags, did_you_mean, parse_help
 from tunectl.sim.args import build_parser, merge_config, parse
 
 FLAGS_059 = bundled_flags("0.5.9")

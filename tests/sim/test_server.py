@@ -180,6 +180,6 @@ def test_out_of_vocabulary_token_id_is_a_device_side_assert(launch) -> None:
     text = srv.text()
     assert "Assertion `srcIndex < srcSelectDimSize` failed." in text
     assert "torch.AcceleratorError: CUDA error: device-side assert triggered" in text
-    from tunectl.crashes.classifier import classify
+    from tunectl.sglang.crashes.classifier import classify
     crash = classify(text, "load", 1, 137)
     assert crash is not None and (crash.signature, crash.cls) == ("device_side_assert", "load_crash")

@@ -14,8 +14,9 @@ import yaml
 from tests.helpers.ports import free_port
 from tests.helpers.spec_text import REFUSALS, refusal
 from tests.sim._server import start
-from tunectl import knobs, scopes
-from tunectl.crashes.classifier import classify
+from tunectl import knobs
+from tunectl.sglang import scopes
+from tunectl.sglang.crashes.classifier import classify
 from tunectl.profile import load_profile
 from tunectl.search.space import is_active
 from tunectl.sim.model import load_card, virtual_ladder

@@ -1,6 +1,6 @@
 """One crash classification for the live and the virtual path: for every crash the stand-in can produce under the
 virtual client, the live stand-in's log and the virtual run's transcript classify to the same signature, class,
-exception line and catalog repairs (tunectl.crashes.classifier.classify on both)."""
+exception line and catalog repairs (tunectl.sglang.crashes.classifier.classify on both)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from tunectl.crashes.classifier import classify, repairs_for
+from tunectl.sglang.crashes.classifier import classify, repairs_for
 from tunectl.sim.model import virtual_ladder
 
 from tests.sim._server import BASELINE, Server

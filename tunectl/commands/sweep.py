@@ -138,7 +138,7 @@ def _off_grid(prof: Profile, name: str, spec: ParamSpec, raw: str) -> Any:
 def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
     """(the flag's key in the config, the typed value): SGLang's aliases (tp-size, tensor-parallel-size) are one
     flag, spelled as the profile's base flags spell it, else as SGLang lists it first."""
-    from tunectl.flags import bundled_flags, did_you_mean, flag_index
+    from tunectl.sglang.flags import bundled_flags, did_you_mean, flag_index
     from tunectl.redact import SECRET_FLAGS
 
     version = prof.server.sglang_version
@@ -148,7 +148,7 @@ def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
         raise UsageError(f"--set {name}: {e}")
     spec = index.get(name.replace("_", "-"))
     if spec is None:
-        from tunectl.versions import gone_hint
+        from tunectl.sglang.versions import gone_hint
 
         gone = gone_hint(name, version)
         hint = did_you_mean(name, [*prof.search.space, *index])

@@ -11,11 +11,11 @@ import typer
 import yaml
 from rich.table import Table
 
-from tunectl import versions as V
+from tunectl.sglang import versions as V
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
 from tunectl.errors import RunnerError, UsageError
-from tunectl.flags import HELP_DIR, bundled_flags, config_refused, flag_index
+from tunectl.sglang.flags import HELP_DIR, bundled_flags, config_refused, flag_index
 
 cmd = typer.Typer(help="SGLang versions: bundled --help texts, renames and removals, moving a profile.",
                   invoke_without_command=True)
@@ -101,7 +101,7 @@ def add(profile: ProfileOpt = None,
         ) -> None:
     """Read a new SGLang version's `launch_server --help` and its parser's --config refusals from the profile's
     host (or an unpacked wheel with --source) into tunectl's bundled texts."""
-    from tunectl.sglang_source import PARSER_FILES, record, refused
+    from tunectl.sglang.source import PARSER_FILES, record, refused
 
     if source is not None:
         if not version:

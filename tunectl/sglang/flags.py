@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HELP_DIR = Path(__file__).parent / "sglang_help"
+HELP_DIR = Path(__file__).parent / "help"
 _OPT_LINE = re.compile(r"^  (-\S.*)$")
 
 
@@ -105,7 +105,7 @@ def bundled_flags(version: str) -> dict[str, FlagSpec]:
 
 def config_refused(version: str) -> dict[str, str]:
     """{destination: action} of the options SGLang `version`'s --config merger refuses, derived from its parser
-    (tunectl/sglang_source.py; `launch_server-<version>.config.json`); empty when not bundled."""
+    (tunectl/sglang/source.py; `launch_server-<version>.config.json`); empty when not bundled."""
     import json
 
     path = HELP_DIR / f"launch_server-{version}.config.json"

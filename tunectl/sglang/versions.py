@@ -1,4 +1,4 @@
-"""SGLang's flags across versions, derived from the bundled `launch_server --help` texts (tunectl/sglang_help/).
+"""SGLang's flags across versions, derived from the bundled `launch_server --help` texts (tunectl/sglang/help/).
 
 - `deprecations(version)`: each flag whose help says it is deprecated, with what replaces it: `--nsa-prefill-backend`
   "[Deprecated] Use --dsa-prefill-backend instead." (0.5.17) -> `dsa-prefill-backend`; `--disable-cuda-graph`
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunectl.flags import HELP_DIR, FlagSpec, bundled_flags, flag_index
+from tunectl.sglang.flags import HELP_DIR, FlagSpec, bundled_flags, flag_index
 
 _DEPRECATED = re.compile(r"deprecat", re.I)
 _TARGET = re.compile(r"(?:alias for|use)\s+--([a-z0-9{},-]+?)(?:=([\w.{},-]+?))?(?=[\s.)]|$)", re.I)

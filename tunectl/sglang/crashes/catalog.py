@@ -17,7 +17,7 @@ Fields of a `Signature`:
   change is a value to set or a direction (`LOWER`, `RAISE`: the next value of the knob's range that way).
   The search tries the repairs its space can express next to a config that crashed with the signature.
   Flags are spelled as SGLang `CATALOG_VERSION` spells them; a study on another version gets them under that
-  version's names (tunectl.versions.resolve_repairs: `cuda-graph-max-bs` is `cuda-graph-max-bs-decode` on 0.5.23).
+  version's names (tunectl.sglang.versions.resolve_repairs: `cuda-graph-max-bs` is `cuda-graph-max-bs-decode` on 0.5.23).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from tunectl.crashes.catalog import (
+from tunectl.sglang.crashes.catalog import (
     BY_ID,
     DEATH_MARKERS,
     LOWER,

@@ -7,7 +7,7 @@ go on the command line. `refused(sources)` finds them in the parser's source wit
 GPU stack): every `add_argument(...)` or dataclass field `Arg(...)` with an `action=` other than store/store_true,
 keyed by its destination (`dest=`, else the first long option, else the field's name).
 
-The result for each bundled version is `tunectl/sglang_help/launch_server-<version>.config.json`, written by
+The result for each bundled version is `tunectl/sglang/help/launch_server-<version>.config.json`, written by
 `tunectl versions add` from an unpacked wheel (`--source DIR`) or a host's installed SGLang (`-p PROFILE`).
 """
 from __future__ import annotations
