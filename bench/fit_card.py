@@ -13,6 +13,12 @@ and are named, and the fix belongs in the physics (sim/), not in these factors.
     python bench/fit_card.py docs/real-gpu/landscapes/llama8b-h100/landscape.json --card llama31-8b-h200 \
         --gpu "NVIDIA H100 80GB HBM3" --gpu-gib 79.19 [--hold 3] [--client builtin] [--out card.yaml]
         [--physics decode.launch_overlap_p=4]      # switch a physics term on in the starting card (then fitted)
+        [--noise]                                  # the card's noise set to what the relaunched configs measured
+
+The landscape's relaunched configs (two or more launches) also give the noise a real server plays (the card's
+`noise`, sim/noise.py): per config and client, each launch's log values less the config's mean per level split
+into the launch's shift (its mean over the levels: `noise.launch`) and what is left per level (`noise.level`),
+pooled over the configs as standard deviations. Printed always; `--noise` writes them into the fitted card.
 """
 from __future__ import annotations
 
@@ -150,6 +156,39 @@ def main_effects(fit: Fit, card: Card) -> list[tuple[str, str, int, float, float
     return out
 
 
+def noise(land: dict[str, Any], client: str) -> dict[str, float] | None:
+    """The launch-to-launch and level-to-level log-normal sds the relaunched configs measured with `client`:
+    {"launch", "level", "configs", "launches"}, None without a config launched twice. For launches l of a config at
+    levels k, r_lk = log v_lk less the level's mean over the launches; the launch's shift a_l = mean_k r_lk; the
+    rest e_lk = r_lk - a_l. level^2 = sum e^2 / sum (n-1)(K-1); launch^2 = sum a^2 / sum (n-1) less level^2 / K
+    (a shift read from K noisy levels carries level^2 / K of their noise), at least 0."""
+    a2 = e2 = 0.0
+    df_a = df_e = configs = launches = 0
+    for cfg in land["configs"]:
+        runs = [ln["levels"].get(client, {}) for ln in cfg["launches"] if ln["outcome"] == "ok"]
+        levels = sorted(set.intersection(*(
+            {lv for lv, m in r.items() if m.get("status") == "ok" and (m.get("value") or 0) > 0} for r in runs)),
+            key=int) if len(runs) > 1 else []
+        if len(runs) < 2 or not levels:
+            continue
+        y = [[math.log(r[lv]["value"]) for lv in levels] for r in runs]
+        means = [statistics.fmean(col) for col in zip(*y)]
+        for row in y:
+            r = [v - m for v, m in zip(row, means)]
+            shift = statistics.fmean(r)
+            a2 += shift ** 2
+            e2 += sum((x - shift) ** 2 for x in r)
+        n, k = len(runs), len(levels)
+        df_a, df_e = df_a + n - 1, df_e + (n - 1) * (k - 1)
+        configs, launches = configs + 1, launches + n
+    if not configs:
+        return None
+    level = math.sqrt(e2 / df_e) if df_e else 0.0
+    k_mean = (df_e / df_a + 1) if df_a else 1.0
+    launch = math.sqrt(max(0.0, a2 / df_a - level ** 2 / k_mean))
+    return {"launch": launch, "level": level, "configs": configs, "launches": launches}
+
+
 def _twin(a: dict[str, Any], b: dict[str, Any], knob: str, value: Any) -> bool:
     """b is a with `knob` at `value` (knobs only one of them has, inactive in the other, are not compared)."""
     return b.get(knob) == value and all(a[k] == b[k] for k in set(a) & set(b) if k != knob)
@@ -184,6 +223,8 @@ def main() -> int:
     ap.add_argument("--client", default=None)
     ap.add_argument("--out", default=None, help="write the fitted card here")
     ap.add_argument("--name", default=None, help="the fitted card's name (default: the starting card's)")
+    ap.add_argument("--noise", action="store_true",
+                    help="set the fitted card's noise.launch and noise.level to what the relaunched configs measured")
     ap.add_argument("--physics", action="append", default=[], metavar="FIELD=VALUE",
                     help="set a card field of the starting card, e.g. decode.launch_overlap_p=4 (repeatable)")
     args = ap.parse_args()
@@ -205,6 +246,16 @@ def main() -> int:
     factors = fit.fit(train)
     fitted = scaled(card, factors)
     report(fit, fitted, factors, train, held)
+    measured = noise(land, fit.client)
+    if measured is None:
+        print("  noise: no config launched twice (the card's is kept: "
+              f"launch {card.noise.launch:.3f}, level {card.noise.level:.3f})")
+    else:
+        print(f"  noise ({fit.client}, {measured['launches']} launches of {measured['configs']} configs): "
+              f"launch {measured['launch']:.3f}, level {measured['level']:.3f} (log-normal sds; the card's: "
+              f"launch {card.noise.launch:.3f}, level {card.noise.level:.3f})")
+        if args.noise:
+            fitted = scaled(fitted, {}, {"noise.launch": measured["launch"], "noise.level": measured["level"]})
     if args.name:
         fitted = fitted.model_copy(update={"name": args.name})
     if args.out:
