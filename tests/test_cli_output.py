@@ -100,3 +100,24 @@ def test_version_names_the_interpreter() -> None:
     res = cli("--version")
     assert res.returncode == 0 and res.stdout.startswith(f"tunectl {__version__} ")
     assert sys.executable in res.stdout
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (("search", "--trials", "abc"), ("tunectl search", "--trials", "integer")),
+    (("serch",), ("tunectl", "serch", "search")),                         # with its did-you-mean
+    (("search", "--bogus"), ("tunectl search", "--bogus")),
+    (("sweep", "-c"), ("-c", "requires an argument")),
+])
+def test_a_usage_error_is_one_line_naming_what_was_wrong(args: tuple[str, ...], names: tuple[str, ...]) -> None:
+    res = cli(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--help" in lines[0], res.stderr
+    assert all(n in lines[0] for n in names), lines[0]
+    assert "Traceback" not in res.stderr and "╭" not in res.stderr
+
+
+def test_no_arguments_print_the_help_and_no_error_line() -> None:
+    res = cli()
+    assert res.returncode == 2 and "Usage: tunectl" in res.stdout and "search" in res.stdout
+    assert "error" not in res.stderr

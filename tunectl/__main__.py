@@ -1,4 +1,4 @@
 """`python -m tunectl`: the command line."""
-from tunectl.cli import app
+from tunectl.cli import main
 
-app(prog_name="tunectl")
+main()

@@ -45,7 +45,34 @@ def _register() -> None:
 
 _register()
 
-if __name__ == "__main__":            # `python -m tunectl.cli`: the commands registered on the imported module
-    from tunectl.cli import app as _app
 
-    _app()
+def main() -> None:
+    """The `tunectl` command: `app`, with a usage error (an unknown command or option, a value of the wrong type, a
+    missing argument) as one line, like every other bad input, instead of the framed block typer prints."""
+    import sys
+
+    try:
+        code = app(prog_name="tunectl", standalone_mode=False)
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:
+        kinds = {c.__name__ for c in type(e).__mro__}    # typer's click (vendored or not): ClickException & co.
+        if "ClickException" not in kinds:
+            raise
+        msg = " ".join(e.format_message().split())      # type: ignore[attr-defined]
+        ctx = getattr(e, "ctx", None)
+        if not msg:                                     # no arguments: the help was the answer
+            sys.exit(getattr(e, "exit_code", 2))
+        if "UsageError" in kinds:
+            where = ctx.command_path if ctx is not None else "tunectl"
+            msg = f"{where}: {msg} (see '{where} --help')"
+        print(f"error: {msg}", file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":            # `python -m tunectl.cli`: the commands registered on the imported module
+    from tunectl.cli import main as _main
+
+    _main()
