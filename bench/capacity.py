@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tunectl.profile import default_profile_path, load_profile  # noqa: E402
-from tunectl.virtual import VirtualEvaluator  # noqa: E402
+from tunectl.wiring.virtual import VirtualEvaluator  # noqa: E402
 
 TUNED = {"disable-cuda-graph": "true", "max-running-requests": "2048", "moe-runner-backend": "flashinfer_cutlass",
          "flashinfer-cutlass-autotune": "true", "disable-radix-cache": "true", "disable-chunked-prefix-cache": "true"}

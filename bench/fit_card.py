@@ -3,7 +3,7 @@
 The landscape's configs (landscape.json, docs/landscapes.md) are split: every `--hold`-th measured config (c02,
 c05, ... for 3) is held out, the rest train. The card's decode and prefill timings and its graph capture memory
 per batch size (FIT below) are scaled, in log space, by coordinate descent to minimise the squared log error of the
-stand-in's noise-free virtual ladder (the trial engine's `tunectl.virtual.VirtualEvaluator` on the landscape's own
+stand-in's noise-free virtual ladder (the trial engine's `tunectl.wiring.virtual.VirtualEvaluator` on the landscape's own
 profile, flags and workload) against the measured level means of the chosen client, on the training configs. Reported: the fitted factors; per level the
 mean absolute error on the training and the held-out configs; crash agreement (a measured crash the card serves, or
 the reverse); and each knob's main effect, measured vs the card's (the mean ratio of throughput between the knob's
@@ -33,11 +33,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
-from tunectl import landscape  # noqa: E402
+from tunectl.wiring import landscape  # noqa: E402
 from tunectl.profile import Profile  # noqa: E402
-from tunectl.replay import replay_profile  # noqa: E402
+from tunectl.wiring.replay import replay_profile  # noqa: E402
 from tunectl.sim.card import Card, load_card  # noqa: E402
-from tunectl.virtual import VirtualEvaluator  # noqa: E402
+from tunectl.wiring.virtual import VirtualEvaluator  # noqa: E402
 
 FIT = ("decode.base_ms", "decode.per_req_ms", "decode.per_kv_ktoken_ms", "decode.launch_ms",
        "decode.launch_overlap_p", "prefill.base_ms", "prefill.per_token_ms",

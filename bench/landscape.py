@@ -15,7 +15,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
-from tunectl import landscape  # noqa: E402
+from tunectl.wiring import landscape  # noqa: E402
 from tunectl.errors import TunectlError  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """The search judged on a measured landscape: `bench/search_efficiency.py --landscape FILE` (docs/landscapes.md).
 
 Per sampler and seed, the real search loop (`run_search`, the profile's finalists, no `try_first`) against the table
-replayed by `tunectl/replay.py`: no model in between. Reported per sampler: trials until a config whose TRUE value
+replayed by `tunectl/wiring/replay.py`: no model in between. Reported per sampler: trials until a config whose TRUE value
 (the table's mean over its launches) reaches 95% of the table's best; crash waste (share of trials after trial 10
 that crashed); the share of proposals the table has no measurement of; and the winner the search declares: its
 true value against the table's best and what the search claimed for it (its mean over its own readings).
@@ -20,10 +20,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tunectl import landscape
-from tunectl.replay import Replay, ReplayEvaluator, Unmeasured, replay_profile
+from tunectl.wiring import landscape
+from tunectl.wiring.replay import Replay, ReplayEvaluator, Unmeasured, replay_profile
 from tunectl.search.study import open_storage
-from tunectl.study import run_search
+from tunectl.wiring.study import run_search
 
 
 def one_run(job: tuple[str, str | None, str, str, int, int]) -> dict[str, Any]:

@@ -30,8 +30,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYT
 from tunectl.profile import default_profile_path, load_profile  # noqa: E402
 from tunectl.runners.hosts.local import LocalRunner  # noqa: E402
 from tunectl.store import StudyStore  # noqa: E402
-from tunectl.trial import TrialContext, run_trial  # noqa: E402
-from tunectl.virtual import VirtualEvaluator  # noqa: E402
+from tunectl.wiring.trial import TrialContext, run_trial  # noqa: E402
+from tunectl.wiring.virtual import VirtualEvaluator  # noqa: E402
 
 # The card's best stable config (docs/sim.md): the kind of config whose small gains the search must tell apart.
 GAP = 0.05          # the live reading vs the virtual model's

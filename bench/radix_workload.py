@@ -32,8 +32,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
 from tunectl.profile import load_profile  # noqa: E402
-from tunectl.study import run_search  # noqa: E402
-from tunectl.virtual import VirtualEvaluator  # noqa: E402
+from tunectl.wiring.study import run_search  # noqa: E402
+from tunectl.wiring.virtual import VirtualEvaluator  # noqa: E402
 
 DEFAULT = ROOT / "profiles" / "sim-glm5.yaml"
 WORKLOADS: dict[str, dict[str, Any]] = {

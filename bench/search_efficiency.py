@@ -46,8 +46,8 @@ from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
 from tunectl.search.study import open_storage
 
 from tunectl.profile import Profile, load_profile
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 
 NO_POOL = "TUNECTL_BENCH_NO_POOL"            # --no-pool, for the worker processes

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from search_efficiency import _scan_chunk, grid_configs  # noqa: E402
 
 from tunectl.profile import load_profile  # noqa: E402
-from tunectl.study import run_search  # noqa: E402
-from tunectl.virtual import VirtualEvaluator  # noqa: E402
+from tunectl.wiring.study import run_search  # noqa: E402
+from tunectl.wiring.virtual import VirtualEvaluator  # noqa: E402
 
 PROFILES = ("profiles/sim-llama8b-spec.yaml", "profiles/sim-llama8b-spec-high.yaml")
 

@@ -2,7 +2,7 @@
 (`bench/search_efficiency.py --warm-start`).
 
 Per seed: a study of the old profile (default: the embedded default on SGLang 0.5.9, with patch 0001 as a knob),
-then the same profile moved to the new version (`tunectl.migrate.move_profile`: 0.5.17, the 0.5.9-only patch knob
+then the same profile moved to the new version (`tunectl.wiring.migrate.move_profile`: 0.5.17, the 0.5.9-only patch knob
 dropped) searched twice with the same seed and budget: cold (a new study) and warm (`--warm-start` the old study).
 Reported: search trials until a stable config reaches 95% of the new best (the best stable config any run found on
 the new version), per seed and as medians. The profiles' try_first is dropped (the search on its own).
@@ -19,11 +19,11 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from tunectl.migrate import move_profile
+from tunectl.wiring.migrate import move_profile
 from tunectl.profile import Profile, load_profile
 from tunectl.search.study import open_storage
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 
 def profiles(path: str, version: str) -> tuple[Profile, Profile]:

@@ -30,8 +30,8 @@ from tunectl.objective import score
 from tunectl.search import finalists as fin
 from tunectl.search.study import open_storage
 from tunectl.profile import load_profile
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 
 def true_value(path: str, params: dict[str, Any]) -> float:

@@ -1,7 +1,7 @@
 """The ask/tell loop of one worker: baseline, search trials, duplicates, retries, finalists.
 
 The loop knows nothing of processes or hosts: it calls `evaluate(n, params, role, should_prune)` (the trial engine,
-bound by tunectl/study.py) and `cleanup(n)` (tear down what trial n left) and reports through `on_event`.
+bound by tunectl/wiring/study.py) and `cleanup(n)` (tear down what trial n left) and reports through `on_event`.
 """
 from __future__ import annotations
 
@@ -370,7 +370,7 @@ class SearchLoop:
 def tell_verdict(study: optuna.Study, trial: optuna.trial.Trial, v: Verdict) -> bool:
     """Tell the study a trial's verdict (its evidence as user attributes, its constraints); a retry queues the
     same params again. True when it did. Also what a resume tells for a trial whose result was recorded but
-    never told (its worker killed in between: `tunectl/study.py` `tell_recorded`)."""
+    never told (its worker killed in between: `tunectl/wiring/study.py` `tell_recorded`)."""
     for k, val in v.user_attrs.items():
         trial.set_user_attr(k, val)
     trial.set_user_attr("reason", v.reason)

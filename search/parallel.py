@@ -6,7 +6,7 @@ of its own (it mostly waits on a server), under its heartbeat. While trials are 
 constant liar) sees them as RUNNING and proposes away from them; a proposal equal to a config in flight is told
 FAIL as a duplicate and never runs twice; the local steps skip configs in flight.
 
-A slot is a key (the host and its GPUs, tunectl/slots.py): the trial records it as its host, so a later run finds
+A slot is a key (the host and its GPUs, tunectl/wiring/slots.py): the trial records it as its host, so a later run finds
 the trials a dead coordinator left on each slot. `evaluate_on(key, n, params, role, should_prune)` runs trial n
 on that slot; it must not raise for a failure of the server or host (the trial engine never does). A slot whose
 trials end as infra faults RETIRE_AFTER_INFRA times in a row (its port held by a stranger, its GPUs dirty) takes no

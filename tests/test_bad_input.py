@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from tests.reports.fixtures import build_search_study, make_trial, write_trial
 from tunectl.cli import app
 from tunectl.store import StudyStore
-from tunectl.study import close_interrupted
+from tunectl.wiring.study import close_interrupted
 
 LONG = "a" * 300
 

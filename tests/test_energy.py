@@ -17,8 +17,8 @@ from tunectl.errors import ProfileError
 from tunectl.objective import score
 from tunectl.profile import Profile, load_profile
 from tunectl.sim.card import CARDS_DIR
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 ROOT = Path(__file__).resolve().parents[1]
 

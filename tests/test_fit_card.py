@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.fit_card import Fit, errors, main_effects, scaled
-from tunectl import landscape
+from tunectl.wiring import landscape
 from tunectl.sim.card import load_card
 
 FX = Path(__file__).resolve().parent / "fixtures" / "landscape" / "fx"

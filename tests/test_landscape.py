@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tunectl import landscape
+from tunectl.wiring import landscape
 from tunectl.errors import TunectlError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,7 +30,18 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                         ("optuna", "paramiko")),
     "runners/checks": ((*GROUND, "tunectl.runners.checks", "tunectl.runners.hosts"), ("optuna",)),
     "runners/server": ((*GROUND, "tunectl.runners"), ("optuna",)),
+    "tunectl/wiring": ((*GROUND, "tunectl.store", "tunectl.launches", "tunectl.slurmspec", "tunectl.wiring",
+                        "tunectl.search", "tunectl.runners", "tunectl.sim", "tunectl.sglang_patches",
+                        "tunectl.REPO_ROOT", "tunectl.__version__"),
+                       ("tunectl.reports", "tunectl.commands", "tunectl.cli")),
 }
+
+# the ground floor's files (tunectl/*.py but the console) and what they may import: the ground floor itself, and
+# two data files of the stand-in's, named: the sim card names a profile may give (profile.py) and the tokenizer
+# folder the stand-in engine serves (engines.py)
+CONSOLE = ("cli.py", "__main__.py", "__init__.py", "_rooms.py")
+GROUND_FILES = (*GROUND, "tunectl.store", "tunectl.launches", "tunectl.slurmspec", "tunectl.REPO_ROOT",
+                "tunectl.__version__", "tunectl.sim.card.known_cards", "tunectl.sim.TOKENIZER")
 
 
 def imported_modules(folder: str) -> dict[str, set[str]]:
@@ -64,6 +75,23 @@ def violations(folder: str, allowed: tuple[str, ...], banned: tuple[str, ...]) -
 
 def test_each_room_imports_only_what_docs_architecture_allows() -> None:
     assert {room: v for room, (allowed, banned) in RULES.items() if (v := violations(room, allowed, banned))} == {}
+
+
+def test_the_ground_floor_imports_only_the_ground_floor() -> None:
+    bad = {}
+    for path in sorted((ROOT / "tunectl").glob("*.py")):
+        if path.name in CONSOLE:
+            continue
+        rel = str(path.relative_to(ROOT))
+        names = imported_modules("tunectl")[rel]
+        wrong = sorted(n for n in names if n.startswith("<relative>")
+                       or (n.split(".")[0] == "tunectl" and not _within(n, GROUND_FILES)))
+        if wrong:
+            bad[rel] = wrong
+    assert bad == {}
+    # every module of the package is the console's, the ground floor's or in a room of its own
+    rooms = {p.parent.name for p in (ROOT / "tunectl").glob("*/__init__.py")}
+    assert rooms == {"commands", "wiring", "sglang"}
 
 
 def test_runners_never_import_optuna_or_the_search() -> None:
@@ -102,7 +130,7 @@ def test_the_search_names_no_sglang_flag_its_physics_lives_in_tunectl_sglang() -
 
     flags = {f.lstrip("-") for v in bundled_versions() for f in bundled_flags(v)}
     assert {"mem-fraction-static", "cuda-graph-max-bs", "kv-cache-dtype"} <= flags
-    found = {f"{p.relative_to(ROOT)}:{line}": s for p in sorted((ROOT / "search").glob("*.py"))
+    found = {f"{p.relative_to(ROOT)}:{line}": s for p in sorted((ROOT / "search").rglob("*.py"))
              for line, s in _code_strings(p) if s.lstrip("-") in flags or s.replace("_", "-") in flags}
     assert found == {}
     # the walk does see them where they live

@@ -1,4 +1,4 @@
-"""Nothing recorded is lost or written over (tunectl/recovery.py): a result written but never told to the study
+"""Nothing recorded is lost or written over (tunectl/wiring/recovery.py): a result written but never told to the study
 is told at resume; an empty or corrupt study.db is refused while trial records exist, and the study is rebuilt
 from its trial files; a trial record turned to garbage is named, not skipped."""
 from __future__ import annotations
@@ -17,8 +17,8 @@ from optuna.trial import TrialState
 from tests.search.conftest import make_profile
 from tunectl.errors import InfraError
 from tunectl.store import StudyStore
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator, recorded
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator, recorded
 
 ROOT = Path(__file__).resolve().parents[1]
 FINALISTS = {"top_k": 1, "reruns": 1}
@@ -29,8 +29,8 @@ KILLED_AFTER_RECORD = """
 import os, signal, sys
 from tests.search.conftest import make_profile
 from tunectl.store import StudyStore
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator, recorded
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator, recorded
 root, kill_at = sys.argv[1], int(sys.argv[2])
 prof = make_profile(search__finalists={"top_k": 1, "reruns": 1})
 inner = recorded(VirtualEvaluator(prof, 0), prof, StudyStore(prof.name, root))
@@ -97,7 +97,7 @@ def test_an_empty_study_db_is_refused_and_nothing_written_over_then_rebuilt(tmp_
         _search(tmp_path, 6)
     assert _hashes(store) == files
 
-    from tunectl.recovery import rebuild_study
+    from tunectl.wiring.recovery import rebuild_study
 
     added, aside = rebuild_study(make_profile(search__finalists=FINALISTS), "search-test", tmp_path)
     assert added == len(before) and aside is not None and aside.exists()

@@ -1,4 +1,4 @@
-"""The replay engine: a measured landscape served as a virtual one (tunectl/replay.py), on the fixture measured by
+"""The replay engine: a measured landscape served as a virtual one (tunectl/wiring/replay.py), on the fixture measured by
 the real `tunectl sweep` on the stand-in (tests/fixtures/landscape/make.py)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tunectl import landscape
-from tunectl.replay import Replay, ReplayEvaluator, Unmeasured, replay_profile
+from tunectl.wiring import landscape
+from tunectl.wiring.replay import Replay, ReplayEvaluator, Unmeasured, replay_profile
 
 FX = Path(__file__).resolve().parent / "fixtures" / "landscape" / "fx"
 
@@ -104,7 +104,7 @@ def test_the_search_loop_runs_on_the_replay(land: dict, tmp_path: Path) -> None:
     import optuna
 
     from tunectl.search.study import open_storage
-    from tunectl.study import run_search
+    from tunectl.wiring.study import run_search
 
     prof = replay_profile(land)
     replay = Replay(land)

@@ -55,3 +55,19 @@ def test_launch_server_runs_as_a_module_from_a_checkout() -> None:
     r = subprocess.run([sys.executable, "-m", "tunectl.sim.launch_server", "--help"], cwd="/", capture_output=True,
                        text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert r.returncode == 0 and "--model-path" in r.stdout
+
+
+def test_every_package_folder_ships_in_the_wheel() -> None:
+    # pyproject's `packages` lists each package by name: one left out installs without its modules (a checkout
+    # still runs, so only an installed tunectl would fail)
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, dirs = set(tool["packages"]), tool["package-dir"]
+    found = set()
+    for name, folder in dirs.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            dotted = ".".join((name, *rel.parts)) if rel.parts else name
+            if not any(part in ("__pycache__", "tests") for part in rel.parts):
+                found.add(dotted)
+    assert found - listed == set()
+    assert {"tunectl.search.rules", "tunectl.wiring", "tunectl.sglang.crashes"} <= found

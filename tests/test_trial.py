@@ -12,7 +12,7 @@ from tests.runners.test_lifecycle import group_pids, run_pids, sim_profile
 from tunectl.runners.hosts.local import LocalRunner
 from tunectl.sim import args as sim_args
 from tunectl.store import StudyStore, load_frames
-from tunectl.trial import TrialContext, run_trial
+from tunectl.wiring.trial import TrialContext, run_trial
 
 SEEDS = {"disable-cuda-graph": True, "max-running-requests": 2048, "disable-radix-cache": True,
          "moe-runner-backend": "flashinfer_cutlass", "flashinfer-cutlass-autotune": True}

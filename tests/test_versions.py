@@ -10,7 +10,7 @@ import yaml
 from tunectl.sglang import versions
 from tunectl.sglang.crashes.catalog import CATALOG_VERSION, SIGNATURES
 from tunectl.sglang.flags import bundled_flags, flag_index
-from tunectl.migrate import move_profile
+from tunectl.wiring.migrate import move_profile
 from tunectl.models import LOWER
 from tunectl.profile import Profile, default_profile_path
 from tunectl.runners.checks.flagcheck import problems

@@ -1,7 +1,7 @@
 """Energy and cost per token: a level's GPU power and the profile's `cost:` block as per-token figures.
 
 One home for the arithmetic, used by the live ladder (runners/server/ladder.py, power sampled on the host) and the
-stand-in's virtual clock (tunectl/virtual.py). All figures are per level, in the level's metrics, beside
+stand-in's virtual clock (tunectl/wiring/virtual.py). All figures are per level, in the level's metrics, beside
 `output_throughput` (the steady window's when measured):
 
 - `gpu_power_w`: the mean board power per GPU over the level (nvidia-smi `power.draw` / NVML), `power_gpus` GPUs

@@ -5,7 +5,7 @@
 - account: a trial's job would be accepted as the profile asks for it (`sbatch --test-only` with the trial's
   options: partition, account, QoS, time limit, GPUs, constraint, extra options), without submitting anything;
 - shared_dir: a short job on a node writes a file under `host.slurm.shared_dir`, and this machine reads it back;
-- tunectl: the node's Python runs the in-job trial (`tunectl.slurm_agent` imports there).
+- tunectl: the node's Python runs the in-job trial (`tunectl.wiring.slurm_agent` imports there).
 The engine checks (python, SGLang or the stand-in imports), flags and patches run on a node as short jobs through
 the runner (runners/checks/readiness.py). Nothing here runs a shell string.
 """
@@ -81,7 +81,7 @@ def _shared(c: Any) -> Any:
 def _tunectl(c: Any) -> Any:
     from tunectl.runners.checks.readiness import Check
 
-    code = "import tunectl, tunectl.slurm_agent; print(tunectl.__version__)"
+    code = "import tunectl, tunectl.wiring.slurm_agent; print(tunectl.__version__)"
     res = c.runner.run([c.prof.server.python or c.runner.python, "-c", code], timeout=120)
     return Check("tunectl", res.ok, f"tunectl {res.stdout.strip()} on a node" if res.ok else
                  f"a node cannot run the trial's job: {res.tail[-200:]}",

@@ -157,7 +157,7 @@ class Sampler:
 def power_sampler(server: Server) -> Sampler:
     """NVML when the server is on this machine and `nvidia-ml-py` imports; else the engine's nvidia-smi on the host.
     Never through a Slurm runner (a command there is a job on some node, not a reading of the server's): a Slurm
-    trial's ladder runs inside its job with the node as a local host (tunectl/slurm_agent.py) and samples there."""
+    trial's ladder runs inside its job with the node as a local host (tunectl/wiring/slurm_agent.py) and samples there."""
     eng, gpus = engine(server.prof), server_gpus(server)
     if server.runner.name.startswith("slurm:"):
         return Sampler(lambda: {}, "none")

@@ -129,7 +129,7 @@ def build_search_study(root: Path, name: str = "glm5-search", with_db: bool = Tr
 
 
 def write_best(store: StudyStore) -> None:
-    """best.json as tunectl.study.SearchOutcome.to_dict() writes it: the winner nested under "best"."""
+    """best.json as tunectl.wiring.study.SearchOutcome.to_dict() writes it: the winner nested under "best"."""
     best = store.read_trial(BEST_TRIAL)
     assert best.launch is not None
     reruns = [t.best_output_throughput for t in store.trials()
@@ -167,7 +167,7 @@ def build_sweep(root: Path, name: str = "sweep-1") -> StudyStore:
     store = StudyStore(name, root)
     store.write_study({"kind": "sweep", "profile": {"name": name, "model": {"path": MODEL}}})
     t = make_trial(0, "sweep", "ok", {}, 1950.0, None, None)
-    for lv in t.levels:   # the metrics tunectl.virtual reports: no median, no TPOT
+    for lv in t.levels:   # the metrics tunectl.wiring.virtual reports: no median, no TPOT
         lv.metrics = {k: lv.metrics[k] for k in ("output_throughput", "p99_ttft_ms")}
         lv.metrics["mean_ttft_ms"] = lv.metrics["p99_ttft_ms"] / 2
     write_trial(store, t)

@@ -18,8 +18,8 @@ from tunectl.reports.data import load_study
 from tunectl.reports.render import compute, render
 from tunectl.store import StudyStore, read_json
 
-run_search = pytest.importorskip("tunectl.study").run_search
-virtual = pytest.importorskip("tunectl.virtual")
+run_search = pytest.importorskip("tunectl.wiring.study").run_search
+virtual = pytest.importorskip("tunectl.wiring.virtual")
 
 PROFILE = {
     "name": "report-e2e", "model": {"path": "zai-org/GLM-5-NVFP4"},

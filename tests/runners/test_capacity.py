@@ -18,7 +18,7 @@ import yaml
 
 from tests.helpers.ports import free_port
 from tunectl.profile import default_profile_path, load_profile
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.virtual import VirtualEvaluator
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from tests.runners.test_slurm_search import job_pids, ours_left, records, slurm_profile
 from tunectl.profile import load_profile
 from tunectl.store import StudyStore, read_json
-from tunectl.study import run_search
+from tunectl.wiring.study import run_search
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

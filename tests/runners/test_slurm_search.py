@@ -24,7 +24,7 @@ from tunectl import REPO_ROOT
 from tunectl.cli import app
 from tunectl.profile import load_profile
 from tunectl.store import StudyStore, read_json
-from tunectl.study import run_search
+from tunectl.wiring.study import run_search
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -238,7 +238,7 @@ def test_a_dead_runs_job_is_found_by_name_and_comment(tmp_path: Path, slurm, on_
     """Resume finds a job that a dead coordinator submitted but never recorded (no slurm.json): by its name among
     this user's jobs, trusted only when its comment and its directory's job_id agree; awaited or cancelled as the
     profile says, what it wrote read back. A job of the same name that is not the study's is left alone."""
-    from tunectl.slurm_trials import JobTrial, make_runner, record_path, stop_job
+    from tunectl.wiring.slurm_trials import JobTrial, make_runner, record_path, stop_job
 
     prof = load_profile(slurm_profile(tmp_path, on_resume=on_resume))
     store = StudyStore("dead", tmp_path / "results")

@@ -72,7 +72,7 @@ def test_metacharacters_in_flag_values_and_paths_are_data(tmp_path, ssh_home, ss
 def cut_mid_ladder(tmp_path, sshd, make_ssh_runner):
     """Run one trial through SSH and cut every SSH link (sshd session processes killed by pid) while the second
     level's requests travel through the port forward (once the server's log shows them running)."""
-    from tunectl.trial import TrialContext, run_trial
+    from tunectl.wiring.trial import TrialContext, run_trial
 
     prof = load_profile(ssh_profile(tmp_path))
     store = StudyStore("cut", tmp_path / "results")
@@ -141,7 +141,7 @@ def cut_when_serving(remote: Path, sshd, running: int, timeout_s: float = 60.0) 
 def test_search_retries_the_trial_the_link_cut(tmp_path, ssh_home, sshd, make_ssh_runner):
     """A short study through SSH: the link is cut in trial 0's ladder; the search records the infra fault and runs
     the same configuration again, and every trial's results are on disk."""
-    from tunectl.study import run_search
+    from tunectl.wiring.study import run_search
 
     prof = load_profile(ssh_profile(tmp_path), {"search.finalists.top_k": 0, "bench.levels": [1, 64, 256]})
     events: list[tuple[str, dict]] = []

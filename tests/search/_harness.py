@@ -21,8 +21,8 @@ from tests.search.conftest import make_profile
 from tunectl.models import LaunchPlan, TrialResult
 from tunectl.runners.hosts.local import LocalRunner
 from tunectl.store import StudyStore
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 SERVER = [sys.executable, "-c", "import time; time.sleep(600)"]
 

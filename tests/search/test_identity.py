@@ -15,8 +15,8 @@ from tests.search.conftest import SPACE, make_profile
 from tunectl.cli import app
 from tunectl.errors import UsageError
 from tunectl.profile import Profile
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 FINALISTS = {"top_k": 1, "reruns": 1}
 

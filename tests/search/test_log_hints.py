@@ -12,8 +12,8 @@ from tunectl import knobs
 from tunectl.sglang.crashes.classifier import LogWatcher
 from tunectl.profile import load_profile
 from tunectl.search.repair import log_hints, repair_moves
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from tunectl.search.feedback import PENALTY_LATENCY_MS
 
 from tests.search.conftest import make_profile
 from tunectl.models import TrialResult
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

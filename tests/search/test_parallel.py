@@ -27,7 +27,7 @@ from tunectl.profile import Profile, load_profile
 from tunectl.runners.hosts.base import ProcHandle
 from tunectl.runners.hosts.local import LocalRunner
 from tunectl.search.space import config_key
-from tunectl.slots import gpus_per_trial, make_slots
+from tunectl.wiring.slots import gpus_per_trial, make_slots
 from tunectl.store import StudyStore, read_json
 
 SLOTS_PROFILE = Path(REPO_ROOT) / "profiles" / "parallel-sim-llama70b-8xh100.yaml"
@@ -167,8 +167,8 @@ def test_eight_gpus_run_four_trials_at_once_never_two_on_one_gpu(tmp_path: Path)
 
 
 def test_a_proposal_equal_to_one_in_flight_never_runs_twice(tmp_path: Path) -> None:
-    from tunectl.study import run_search
-    from tunectl.virtual import VirtualEvaluator
+    from tunectl.wiring.study import run_search
+    from tunectl.wiring.virtual import VirtualEvaluator
 
     prof: Profile = make_profile(search__finalists={"top_k": 0, "reruns": 0})
     virtual = VirtualEvaluator(prof)
@@ -252,7 +252,7 @@ def test_a_slot_whose_launches_keep_failing_is_retired_and_the_others_go_on(tmp_
     from tunectl.search.sampler import make_sampler
     from tunectl.search.steps import finished
     from tunectl.search.study import HostState
-    from tunectl.virtual import VirtualEvaluator
+    from tunectl.wiring.virtual import VirtualEvaluator
 
     prof = make_profile(search__finalists={"top_k": 0, "reruns": 0})
     virtual, used, events = VirtualEvaluator(prof), {"good": 0, "bad": 0}, []

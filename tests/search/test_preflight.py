@@ -11,8 +11,8 @@ import yaml
 from tunectl.profile import Profile, default_profile_path
 from tunectl.runners.checks.readiness import ChecksFailed
 from tunectl.runners.hosts.local import LocalRunner
-from tunectl.study import preflight, run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import preflight, run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 
 def _profile(tmp_path: Path, **flags: object) -> Profile:
@@ -42,7 +42,7 @@ class CountingRunner(LocalRunner):
 @pytest.mark.parametrize("stop", ["preflight", "ctrl-c"])
 def test_the_runner_a_search_makes_is_closed_on_the_way_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             stop: str) -> None:
-    monkeypatch.setattr("tunectl.study.make_runner", lambda prof: CountingRunner())
+    monkeypatch.setattr("tunectl.wiring.study.make_runner", lambda prof: CountingRunner())
     monkeypatch.setattr(CountingRunner, "closed", 0)
     prof = _profile(tmp_path, **({"mem-fraction-statik": 0.8} if stop == "preflight" else {}))
 

@@ -17,8 +17,8 @@ from tunectl.search.foresight import Seen, keeps_crash, predicted_crash
 from tunectl.search.repair import LOWER, RAISE, drives, repair_moves
 from tunectl.search.space import baseline_params, config_key, try_first_params
 from tunectl.search.steps import REPAIRS_PER_CRASH, chain_key, repair_counts
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ROOT = Path(__file__).resolve().parents[2]

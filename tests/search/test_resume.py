@@ -119,8 +119,8 @@ def test_second_worker_on_the_same_host_is_refused(tmp_path: Path) -> None:
 def test_a_rerun_says_what_it_does_and_closes_the_interrupted_trial(tmp_path: Path) -> None:
     from tests.search.conftest import make_profile
     from tunectl.models import TrialResult
-    from tunectl.study import close_interrupted, run_search
-    from tunectl.virtual import VirtualEvaluator
+    from tunectl.wiring.study import close_interrupted, run_search
+    from tunectl.wiring.virtual import VirtualEvaluator
 
     prof = make_profile(search__finalists={"top_k": 1, "reruns": 1})
     said: list[dict] = []
@@ -147,7 +147,7 @@ def test_a_trial_killed_before_its_first_record_is_closed_from_the_study(tmp_pat
     import optuna
 
     from tunectl.store import write_json
-    from tunectl.study import close_interrupted
+    from tunectl.wiring.study import close_interrupted
 
     store = StudyStore("killed", tmp_path)
     study = optuna.create_study(study_name="killed")
@@ -166,8 +166,8 @@ def test_a_trial_killed_before_its_first_record_is_closed_from_the_study(tmp_pat
 def test_a_rerun_with_an_edited_space_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
     from tests.search.conftest import SPACE, make_profile
     from tunectl.errors import UsageError
-    from tunectl.study import run_search
-    from tunectl.virtual import VirtualEvaluator
+    from tunectl.wiring.study import run_search
+    from tunectl.wiring.virtual import VirtualEvaluator
 
     prof = make_profile(search__finalists={"top_k": 1, "reruns": 1})
     run_search(prof, trials=3, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
@@ -186,8 +186,8 @@ def test_a_study_held_in_memory_is_on_disk_after_ctrl_c_and_resumes(tmp_path: Pa
     """`search --virtual` keeps its study in memory and writes study.db once: on Ctrl-C too, and a rerun resumes
     it as it would a study written trial by trial."""
     from tests.search.conftest import make_profile
-    from tunectl.study import run_search
-    from tunectl.virtual import VirtualEvaluator
+    from tunectl.wiring.study import run_search
+    from tunectl.wiring.virtual import VirtualEvaluator
 
     prof = make_profile(search__finalists={"top_k": 1, "reruns": 1})
     said: list[dict] = []

@@ -13,8 +13,8 @@ from tunectl.profile import load_profile
 from tunectl.search.sampler import complete
 from tunectl.search.space import base_values, is_active
 from tunectl.search.steps import Steps
-from tunectl.study import open_storage, run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import open_storage, run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from tunectl.search.finalists import candidates
 from tests.search.conftest import make_profile
 from tunectl.models import CrashInfo, TrialResult
 from tunectl.profile import default_profile_path, load_profile
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.reports.fixtures import BEST_TRIAL, build_search_study, make_trial, write_trial
 from tunectl.commands.search import numbers_line, parallel_line, show
-from tunectl.parallel import Fleet
+from tunectl.wiring.parallel import Fleet
 from tunectl.profile import default_profile_path, load_profile
 from tunectl.runners.hosts.local import LocalRunner
 from tunectl.store import StudyStore

@@ -99,8 +99,8 @@ def test_a_hostless_trial_is_aged_on_the_worker_s_own_clock(tmp_path: Path) -> N
 
 def test_a_rerun_after_a_kill_right_after_the_ask_still_runs_the_whole_budget(tmp_path: Path) -> None:
     from tests.search.conftest import make_profile
-    from tunectl.study import run_search
-    from tunectl.virtual import VirtualEvaluator
+    from tunectl.wiring.study import run_search
+    from tunectl.wiring.virtual import VirtualEvaluator
 
     prof = make_profile(search__finalists={"top_k": 0})
     run_search(prof, trials=2, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)

@@ -14,8 +14,8 @@ from tests.search.conftest import SPACE, make_profile
 from tunectl.cli import app
 from tunectl.errors import UsageError
 from tunectl.profile import default_profile_path
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 OLD = make_profile(search__finalists={"top_k": 1, "reruns": 1})
 NEW = make_profile(search__finalists={"top_k": 1, "reruns": 1}, server__sglang_version="0.5.17",
@@ -73,7 +73,7 @@ def test_a_wrong_warm_start_is_one_line(old_study: Path, study: str, old: str, s
 
 
 def test_the_cli_says_old_best_on_new_version(tmp_path: Path) -> None:
-    from tunectl.migrate import move_profile
+    from tunectl.wiring.migrate import move_profile
 
     data = yaml.safe_load(default_profile_path().read_text())
     data["search"]["finalists"] = {"top_k": 0, "reruns": 0}

@@ -13,8 +13,8 @@ from optuna.trial import TrialState
 from tunectl.errors import ProfileError
 from tunectl.profile import load_profile
 from tunectl.search.feedback import score
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 DEFAULT = Path(__file__).resolve().parents[2] / "profiles" / "sim-glm5.yaml"

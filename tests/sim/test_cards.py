@@ -135,7 +135,7 @@ def test_model_info_and_gpu_come_from_the_card(launch) -> None:
 def test_documented_optimum_matches_the_model(name: str) -> None:
     """Each new card records the best stable config of its profile's grid (bench/search_efficiency.py --scan);
     the model still gives that throughput there (GLM-5's is checked in test_model.py)."""
-    from tunectl.virtual import VirtualEvaluator
+    from tunectl.wiring.virtual import VirtualEvaluator
 
     best = load_card(name).landscape.best_stable
     prof = load_profile(ROOT / best.profile)

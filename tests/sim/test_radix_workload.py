@@ -16,8 +16,8 @@ from tunectl.runners.clients.base import Target
 from tunectl.runners.hosts.local import LocalRunner
 from tunectl.sim import TOKENIZER
 from tunectl.sim.sched import BLOCK
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator
 
 DEFAULT = Path(__file__).resolve().parents[2] / "profiles" / "sim-glm5.yaml"
 CHAT = {"kind": "shared_prefix", "name": "chat", "shared_prefix_len": 512, "input_len": 128, "output_len": 128,

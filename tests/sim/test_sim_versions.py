@@ -19,7 +19,7 @@ def test_0523_finds_the_removed_cuda_graph_max_bs_ambiguous_like_the_real_parser
 
 @pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
 def test_each_versions_names_reach_the_model_as_one_setting(version: str) -> None:
-    """Live (the parsed command line) and virtual (a profile's flags, tunectl/virtual.py): the model reads
+    """Live (the parsed command line) and virtual (a profile's flags, tunectl/wiring/virtual.py): the model reads
     0.5.17's and 0.5.23's names as 0.5.9's."""
     from tunectl.sim.setup import normalize
 

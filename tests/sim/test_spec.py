@@ -20,8 +20,8 @@ from tunectl.sglang.crashes.classifier import classify
 from tunectl.profile import load_profile
 from tunectl.search.space import is_active
 from tunectl.sim.model import load_card, virtual_ladder
-from tunectl.study import run_search
-from tunectl.virtual import VirtualEvaluator, read_log
+from tunectl.wiring.study import run_search
+from tunectl.wiring.virtual import VirtualEvaluator, read_log
 
 ROOT = Path(__file__).resolve().parents[2]
 LOW, HIGH = ROOT / "profiles" / "sim-llama8b-spec.yaml", ROOT / "profiles" / "sim-llama8b-spec-high.yaml"

@@ -13,7 +13,7 @@ from tunectl.sglang.crashes.classifier import classify, repairs_for
 from tunectl.sim.model import virtual_ladder
 
 from tests.sim._server import BASELINE, Server
-from tunectl.virtual import KILLED, read_log
+from tunectl.wiring.virtual import KILLED, read_log
 
 AUTOTUNE = "0001-flashinfer-cutlass-autotune"
 

@@ -72,9 +72,9 @@ def check(profile: Path | None = typer.Option(None, "--profile", "-p", help="pro
           root: Path = typer.Option(DEFAULT_ROOT, "--results", help="results folder", hidden=True)) -> None:
     """Check the profile's host (each of its `hosts:`): SSH and host key, python and SGLang, GPUs, ports, disk,
     leftovers, flags, patches, backends the GPU has no kernels for."""
-    from tunectl.slots import hosts_of
+    from tunectl.wiring.slots import hosts_of
     from tunectl.store import owner_alive
-    from tunectl.study import backend_check, make_runner
+    from tunectl.wiring.study import backend_check, make_runner
 
     prof = get_profile(profile)
     specs = hosts_of(prof)

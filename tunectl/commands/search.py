@@ -241,7 +241,7 @@ def _warn_unreadable(study: str | None, prof: Any, root: Path) -> None:
 
 
 def _rebuild(prof: Any, name: str, root: Path, storage: str | None) -> None:
-    from tunectl.recovery import rebuild_study
+    from tunectl.wiring.recovery import rebuild_study
 
     added, aside = rebuild_study(prof, name, root, storage)
     err_console.print(f"rebuilt study {name} from its trial files: {added} trials"
@@ -279,7 +279,7 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     """Search the profile's flags for the fastest config that does not crash (the same command again resumes)."""
     import optuna
 
-    from tunectl.study import run_search
+    from tunectl.wiring.study import run_search
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if trials is not None and trials < 1:
@@ -299,7 +299,7 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
             raise UsageError(f"--virtual: profile {prof.source}: server.engine is {prof.server.engine!r}; "
                              "the virtual model needs 'sim'")
         from tunectl.store import StudyStore
-        from tunectl.virtual import VirtualEvaluator, recorded
+        from tunectl.wiring.virtual import VirtualEvaluator, recorded
 
         evaluate = recorded(VirtualEvaluator(prof, prof.search.seed if seed is None else seed), prof,
                             StudyStore(study or prof.name, root))

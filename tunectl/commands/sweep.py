@@ -319,8 +319,8 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
 def _run(prof: Profile, params: dict[str, Any], load: tuple[list[int] | None, list[float] | None, bool], name: str,
          root: Path, quiet: bool) -> tuple[TrialResult, StudyStore]:
     from tunectl.runners.checks.readiness import CONFIG_CHECKS
-    from tunectl.study import make_runner, preflight
-    from tunectl.trial import TrialContext, run_trial
+    from tunectl.wiring.study import make_runner, preflight
+    from tunectl.wiring.trial import TrialContext, run_trial
 
     runner = make_runner(prof)
     try:

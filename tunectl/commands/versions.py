@@ -74,7 +74,7 @@ def move(to: Annotated[str, typer.Option("--to", help="the SGLang version to mov
          out: Annotated[Path | None, typer.Option("--out", help="write the moved profile here (default: print)")]
          = None) -> None:
     """The profile as SGLang TO spells it: flags and knobs renamed, patches not for TO dropped; notes on stderr."""
-    from tunectl.migrate import move_profile
+    from tunectl.wiring.migrate import move_profile
 
     path = profile or get_profile(None).source
     data = yaml.safe_load(Path(path).read_text())
@@ -132,7 +132,7 @@ print(json.dumps({'version': m.version('sglang'),
 def _from_host(prof, version: str | None) -> tuple[str, str, dict[str, str]]:  # type: ignore[no-untyped-def]
     """The host's SGLang version, its --help (run there) and its parser source (read there, not imported)."""
     from tunectl.runners.checks.flagcheck import help_argv
-    from tunectl.study import make_runner
+    from tunectl.wiring.study import make_runner
 
     runner = make_runner(prof)
     res = runner.run([prof.server.python, "-c", _PROBE], timeout=120)

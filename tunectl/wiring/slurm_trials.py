@@ -1,7 +1,7 @@
 """Trials as Slurm jobs, seen from the coordinator (`host.kind: slurm`, docs/slurm.md).
 
 A trial is one batch job (tunectl/runners/hosts/slurm.py `SlurmRunner.submit`) that holds the trial's GPUs and
-runs the whole trial on its node (tunectl/slurm_agent.py). The coordinator writes the job's `spec.json` into
+runs the whole trial on its node (tunectl/wiring/slurm_agent.py). The coordinator writes the job's `spec.json` into
 `<shared_dir>/<study>/<run id>/`, submits, and watches the job with squeue/scontrol:
 - queued: `pending` events with the time waited and Slurm's reason; no trial deadline runs (the trial's own
   clock starts inside the job);
@@ -73,7 +73,7 @@ class JobTrial:
         self.runner.write_file(f"{self.dir}/spec.json", json.dumps(spec, default=str).encode(), 0o600)
         python = self.prof.server.python or (f"{self.runner.spec.venv}/bin/python" if self.runner.spec.venv
                                              else sys.executable)
-        handle = self.runner.submit([python, "-m", "tunectl.slurm_agent", f"{self.dir}/spec.json"], self.dir, {},
+        handle = self.runner.submit([python, "-m", "tunectl.wiring.slurm_agent", f"{self.dir}/spec.json"], self.dir, {},
                                     self.run_id)
         self.job_id = handle.extra["job_id"]
         self.rec.update(job_id=self.job_id, submitted_at=time.time())
@@ -254,7 +254,7 @@ def _jobs_of(runner: SlurmRunner, store: StudyStore, n: int) -> list[tuple[str, 
 def make_runner(prof: Profile) -> SlurmRunner:
     """The cluster's runner; every job asks for one trial's GPUs (`host.slurm.gpus_per_trial`, else
     `server.gpus_per_trial`, else tp x pp x dp; the stand-in too: it honours the CUDA_VISIBLE_DEVICES Slurm sets)."""
-    from tunectl.slots import gpus_per_trial
+    from tunectl.wiring.slots import gpus_per_trial
 
     spec = prof.host.slurm
     assert spec is not None
@@ -265,7 +265,7 @@ def make_runner(prof: Profile) -> SlurmRunner:
 def job_slots(prof: Profile, runner: SlurmRunner, width: int | None) -> list[Any]:
     """`--parallel N`: N jobs in flight (default 1), each slot a place in the queue, not a GPU group: Slurm
     decides where each job runs and which GPUs it holds."""
-    from tunectl.slots import Slot
+    from tunectl.wiring.slots import Slot
 
     class JobSlot(Slot):
         @property

@@ -169,9 +169,9 @@ def rebuild_study(prof: Profile, name: str, root: Path | str,
                   storage_url: str | None = None) -> tuple[int, Path | None]:
     """`tunectl search --rebuild`: the study made again from its trial files in its storage (the default
     study.db set aside first, never deleted). Returns the trials added and where the old file went."""
-    from tunectl import identity
+    from tunectl.wiring import identity
     from tunectl.search.study import default_storage_url, open_storage
-    from tunectl.storage import storage_errors, storage_url_for
+    from tunectl.wiring.storage import storage_errors, storage_url_for
     from tunectl.store import in_use
 
     store = StudyStore(name, root)

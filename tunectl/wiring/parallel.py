@@ -1,8 +1,8 @@
 """The trial engine on every slot of every host: what `run_search` drives, one trial per slot at a time.
 
 `Fleet(prof, runners, store, evaluate, on_event, width)`:
-- with real runners (no `evaluate`): the slots of tunectl/slots.py, at most `width`; each slot's trials run
-  through tunectl/trial.py with the slot's profile (its GPUs, port) on its host's runner, and write a launch
+- with real runners (no `evaluate`): the slots of tunectl/wiring/slots.py, at most `width`; each slot's trials run
+  through tunectl/wiring/trial.py with the slot's profile (its GPUs, port) on its host's runner, and write a launch
   record `trials/<n>/slot.json` (host, slot, GPUs, port, when the server started and stopped);
 - with an `evaluate` (the virtual model, tests): `width` slots that all call it.
 Every trial's files are written by this process into its own results/<study>/ as the trial runs (the server's log
@@ -29,7 +29,7 @@ from tunectl.profile import Profile
 from tunectl.search.loop import Evaluate, Hooks, SearchLoop
 from tunectl.search.parallel import ParallelLoop
 from tunectl.search.study import HostState, WorkerLock, claim_host
-from tunectl.slots import Slot, gpus_per_trial, host_key, make_slots
+from tunectl.wiring.slots import Slot, gpus_per_trial, host_key, make_slots
 from tunectl.store import StudyStore, read_json, write_json
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -37,10 +37,10 @@ Prune = Callable[[LevelResult], bool] | None
 
 
 def trial_engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event | None) -> Evaluate:
-    from tunectl.trial import TrialContext, run_trial
+    from tunectl.wiring.trial import TrialContext, run_trial
 
     if prof.host.kind == "slurm":                       # a job per trial, the trial inside it (docs/slurm.md)
-        from tunectl import slurm_trials
+        from tunectl.wiring import slurm_trials
 
         levels = prof.bench.levels
         return slurm_trials.engine(prof, runner, store, on_event, levels[len(levels) // 2:] if len(levels) > 3
@@ -63,7 +63,7 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0, 
     bring its whole server log into results/ (a dead coordinator kept only what it had read). `remove` (a dead
     worker's trial, at resume): then remove its host trial directory, once its server is gone."""
     from tunectl.runners.hosts.base import ProcHandle
-    from tunectl.slurm_trials import is_slurm, stop_job
+    from tunectl.wiring.slurm_trials import is_slurm, stop_job
 
     if is_slurm(runner):                                # its job, cancelled by id; its files read back
         return stop_job(runner, store, n)
@@ -119,7 +119,7 @@ class Fleet:
             self._runner = {k: (runners[0] if runners else None) for k in self.keys}
         else:
             if prof.host.kind == "slurm":
-                from tunectl.slurm_trials import job_slots
+                from tunectl.wiring.slurm_trials import job_slots
 
                 self.slots = job_slots(prof, runners[0], width)
             else:

@@ -2,7 +2,7 @@
 other patches, another profile).
 
 1. The old winner and the next best old configs (top-k, their knobs translated to the new profile's by
-   tunectl/migrate.py) run first on the new setup, as ordinary search trials (`proposed_by: warm-start`).
+   tunectl/wiring/migrate.py) run first on the new setup, as ordinary search trials (`proposed_by: warm-start`).
 2. Then every finished old trial is added to the new study as prior knowledge (`role: prior`, Optuna's
    `study.add_trial`): TPE models the space from them from the start, but a prior trial is never counted as a
    result: not in the budget, not a finalist, not the winner, not in the report's trials. Its value is scaled by
@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import ValidationError
 
 from tunectl.errors import UsageError
-from tunectl.migrate import ParamMap
+from tunectl.wiring.migrate import ParamMap
 from tunectl.profile import Profile
 from tunectl.store import StudyStore
 

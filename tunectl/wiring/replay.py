@@ -1,12 +1,12 @@
 """A measured landscape served as a virtual one: the search run against real data, no model in between.
 
-`Replay(landscape)` looks a config up in the table (`tunectl/landscape.py`) and draws one reading of it: a config
+`Replay(landscape)` looks a config up in the table (`tunectl/wiring/landscape.py`) and draws one reading of it: a config
 launched several times returns one of its measured launches, whole (seeded); a config launched once returns its
 measured levels, each moved by the landscape's launch-to-launch spread (the median relative sd of the relaunched
 configs at that level and client, normal, clipped at 2 sd); `noise="none"` returns each level's mean. A crashed
 launch returns its class, signature and the levels it served before it. A config the table lacks raises
 `Unmeasured`. `replay_profile(landscape)` is the profile whose search space is the table's knobs and values;
-`ReplayEvaluator` has the trial engine's call shape, as `tunectl.virtual.VirtualEvaluator` does.
+`ReplayEvaluator` has the trial engine's call shape, as `tunectl.wiring.virtual.VirtualEvaluator` does.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tunectl import landscape as land_mod
+from tunectl.wiring import landscape as land_mod
 from tunectl.errors import UsageError
 from tunectl.models import CrashInfo, LevelResult, TrialResult
 from tunectl.profile import Profile, load_profile

@@ -1,9 +1,9 @@
-"""One trial inside its Slurm job: `python -m tunectl.slurm_agent <job dir>/spec.json`, run on the compute node.
+"""One trial inside its Slurm job: `python -m tunectl.wiring.slurm_agent <job dir>/spec.json`, run on the compute node.
 
-The whole trial runs here, as tunectl/trial.py runs it on any host (`run_trial` with a LocalRunner): patches,
+The whole trial runs here, as tunectl/wiring/trial.py runs it on any host (`run_trial` with a LocalRunner): patches,
 launch, ready, the client beside the server (no port forward), the ladder, teardown by process group. Its files
 go to `<job dir>/results/<study>/trials/<n>/` on the shared filesystem, where the coordinator reads them back
-(tunectl/slurm_trials.py). The two talk through files in the job dir only:
+(tunectl/wiring/slurm_trials.py). The two talk through files in the job dir only:
 - `events.jsonl`: the trial's progress events, one JSON line each (the coordinator's live view);
 - `prune`: written by the coordinator when a level says the trial is clearly worse; the ladder stops there.
 SIGTERM (scancel, the job's time limit, preemption) stops the trial the way Ctrl-C does: the server is torn down
@@ -54,7 +54,7 @@ def free_port(base: int) -> int:
 
 def main(spec_path: str) -> int:
     from tunectl.runners.hosts.local import LocalRunner
-    from tunectl.trial import TrialContext, run_trial
+    from tunectl.wiring.trial import TrialContext, run_trial
 
     spec = read_json(Path(spec_path))
     job_dir = Path(spec_path).parent

@@ -14,7 +14,8 @@ from typing import Any
 
 import optuna
 
-from tunectl import identity, knobs, recovery, redact, warmstart
+from tunectl import knobs, redact
+from tunectl.wiring import identity, recovery, warmstart
 from tunectl.sglang import scopes, versions
 from tunectl.sglang.crashes.catalog import CATALOG_VERSION
 from tunectl.sglang.crashes.classifier import repairs_for
@@ -25,7 +26,7 @@ from tunectl.profile import Profile
 from tunectl.runners.checks.readiness import CONFIG_CHECKS, STEPS, Check
 from tunectl.search import finalists as fin
 from tunectl.search import policy
-from tunectl.parallel import Fleet
+from tunectl.wiring.parallel import Fleet
 from tunectl.search.loop import RETIRE_AFTER_INFRA, Evaluate, Hooks, SearchLoop
 from tunectl.search.parallel import ParallelLoop
 from tunectl.search.sampler import make_sampler
@@ -39,8 +40,8 @@ from tunectl.search.study import (
     open_storage,
     recover,
 )
-from tunectl.storage import held_in_memory, storage_errors, storage_url_for
-from tunectl.slots import hosts_of
+from tunectl.wiring.storage import held_in_memory, storage_errors, storage_url_for
+from tunectl.wiring.slots import hosts_of
 from tunectl.store import DEFAULT_ROOT, UNREADABLE, StudyStore, check_name, read_json, running
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -65,8 +66,8 @@ class SearchOutcome:
     trials_to_best: int | None = None              # search trials until the winner's config was first seen
     exhausted: bool = False
     stopped: str | None = None                     # why the search stopped early: every slot failed as infra
-    warm_start: dict[str, Any] | None = None       # tunectl/warmstart.py: the old study, old best now and before
-    slots: int = 1                                 # trials at once (tunectl/slots.py)
+    warm_start: dict[str, Any] | None = None       # tunectl/wiring/warmstart.py: the old study, old best now and before
+    slots: int = 1                                 # trials at once (tunectl/wiring/slots.py)
     policy: dict[str, Any] | None = None           # the proposers and vetoes it ran with (search/policy.py)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def make_runner(prof: Profile) -> Any:
 
         return SSHRunner(prof.host, python=prof.server.python)
     if prof.host.kind == "slurm":
-        from tunectl.slurm_trials import make_runner as slurm_runner
+        from tunectl.wiring.slurm_trials import make_runner as slurm_runner
 
         return slurm_runner(prof)
     from tunectl.runners.hosts.local import LocalRunner
@@ -307,8 +308,8 @@ def _load_warm(old: str | None, name: str, prof: Profile, root: Path | str,
 def _open_study(prof: Profile, url: str, store: StudyStore, seed: int, heartbeat_s: int,
                 memory_of: Path | None) -> Iterator[optuna.Study]:
     """The study on its storage; with `memory_of` (a SQLite file) held in memory and written there once at the
-    end (tunectl/storage.py `held_in_memory`). A storage that lacks trials the study's files record (an empty or
-    corrupt study.db) is refused before anything is written (tunectl/recovery.py)."""
+    end (tunectl/wiring/storage.py `held_in_memory`). A storage that lacks trials the study's files record (an empty or
+    corrupt study.db) is refused before anything is written (tunectl/wiring/recovery.py)."""
     name = store.name
     with contextlib.ExitStack() as stack:
         with storage_errors(url), WorkerLock(url, store.dir / "locks", name, "setup"):
@@ -330,7 +331,7 @@ def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
     """Recover what a dead worker left on each slot and say what this run does with the study."""
     states, recovered = {}, []
     if fleet.prof.host.kind == "slurm":                # what the dead run's jobs wrote, first (docs/slurm.md)
-        from tunectl.slurm_trials import read_back
+        from tunectl.wiring.slurm_trials import read_back
 
         read_back(study, store, fleet)
     told = set(recovery.tell_recorded(study, store, fleet.prof, fleet.keys))   # finished, killed before telling
