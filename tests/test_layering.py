@@ -135,3 +135,44 @@ def test_the_search_names_no_sglang_flag_its_physics_lives_in_tunectl_sglang() -
     assert found == {}
     # the walk does see them where they live
     assert "mem-fraction-static" in {s for _, s in _code_strings(ROOT / "tunectl" / "sglang" / "memory.py")}
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The tunectl modules `path` imports when it runs (at import time or in a function), those under
+    `if TYPE_CHECKING:` left out: annotations only."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and getattr(node.test, "id", None) == "TYPE_CHECKING" for b in node.body for n in ast.walk(b)}
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if id(n) in skip:
+            continue
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("tunectl") and n.level == 0:
+            out |= {f"{n.module}.{a.name}" for a in n.names}          # a module, or a name in one
+        elif isinstance(n, ast.Import):
+            out |= {a.name for a in n.names if a.name.startswith("tunectl")}
+    return out
+
+
+def test_the_ground_floor_has_no_import_circle() -> None:
+    files = [p for p in (ROOT / "tunectl").glob("*.py") if p.name not in CONSOLE]
+    files += sorted((ROOT / "tunectl" / "sglang").rglob("*.py"))
+    mod = {p: "tunectl." + ".".join(p.relative_to(ROOT / "tunectl").with_suffix("").parts) for p in files}
+    mod = {p: m.removesuffix(".__init__") for p, m in mod.items()}
+    known = set(mod.values())
+    graph = {m: {next((k for k in sorted(known, key=len, reverse=True) if i == k or i.startswith(k + ".")), None)
+                 for i in _runtime_imports(p)} - {None, m} for p, m in mod.items()}
+    assert graph["tunectl.profile"] >= {"tunectl.sglang.scopes"}       # the walk sees the imports
+
+    def circle(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    return path + [start]
+                if nxt not in path:
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    assert {m: c for m in graph if (c := circle(m))} == {}

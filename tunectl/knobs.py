@@ -12,9 +12,10 @@ bundled patch), used by the live launch plan, the virtual trial, the search spac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from tunectl.profile import ParamSpec, Profile
+if TYPE_CHECKING:                        # profile.py imports this module (through scopes)
+    from tunectl.profile import ParamSpec, Profile
 
 PATCH_PREFIX = "patch:"
 # a flag's choice that means "leave the flag out" (SGLang's default): `speculative-algorithm: none` is no

@@ -15,6 +15,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from tunectl.energy import Cost
 from tunectl.objective import Capacity, Objective, Reference
 from tunectl.redact import SECRET_FLAGS
+from tunectl.sglang import scopes
 from tunectl.slurmspec import SlurmSpec
 from tunectl.workloads import WorkloadSpec, bench_serving_reads, check_files
 from tunectl.yamlmodel import Strict, load_model
@@ -346,8 +347,6 @@ class Profile(Strict):
 
     @model_validator(mode="after")
     def _implied_conditions(self) -> Profile:
-        from tunectl.sglang import scopes
-
         scopes.apply(self)
         return self
 

@@ -17,10 +17,12 @@ default: autotune on), as every knob under a `when:` does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunectl import knobs
-from tunectl.profile import ParamSpec, Profile
+
+if TYPE_CHECKING:                        # profile.py imports this module
+    from tunectl.profile import ParamSpec, Profile
 
 PATCH = knobs.PATCH_PREFIX
 AUTOTUNE_PATCH = "0001-flashinfer-cutlass-autotune"
