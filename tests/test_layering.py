@@ -176,3 +176,11 @@ def test_the_ground_floor_has_no_import_circle() -> None:
         return None
 
     assert {m: c for m in graph if (c := circle(m))} == {}
+
+
+def test_docs_architecture_names_every_module() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    code = [p for folder in ("tunectl", "search", "runners", "reports", "sim", "sglang_patches")
+            for p in sorted((ROOT / folder).rglob("*.py")) if "__pycache__" not in p.parts]
+    assert len(code) > 100
+    assert [str(p.relative_to(ROOT)) for p in code if f"`{p.relative_to(ROOT)}`" not in doc] == []
