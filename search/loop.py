@@ -1,4 +1,6 @@
-"""The ask/tell loop of one worker: baseline, search trials, duplicates, retries, finalists.
+"""What the ask/tell loop of one worker does, at any width: baseline, vetoes, duplicates, retries, the finalists'
+race. The loop itself (asking while a slot is free, landing what finishes) is search/parallel.py's `ParallelLoop`,
+the only one: a sequential search is that loop with one slot.
 
 The loop knows nothing of processes or hosts: it calls `evaluate(n, params, role, should_prune)` (the trial engine,
 bound by tunectl/wiring/study.py) and `cleanup(n)` (tear down what trial n left) and reports through `on_event`.
@@ -19,7 +21,7 @@ from tunectl.search import pooling, race
 from tunectl.search.feedback import Verdict, is_infra, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
-from tunectl.search.sampler import MAX_VETOES, VETO_RISK, random_params, snap
+from tunectl.search.sampler import VETO_RISK, random_params, snap
 from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
 from tunectl.search.steps import Steps, admission, counted, finished, ran
 from tunectl.search.study import (
@@ -27,7 +29,6 @@ from tunectl.search.study import (
     Heartbeat,
     HostState,
     WorkerLock,
-    fail_running,
     fail_stale,
     queued,
     requeue,
@@ -102,24 +103,12 @@ class SearchLoop:
                 lock.release()
 
     def search(self, n_trials: int) -> None:
-        dup_run = veto_run = 0
-        while sum(counted(t) for t in self.trials()) < n_trials or self._waiting():
-            fail_stale(self.study, self.hostless)
-            self._maybe_local_step()
-            trial = self._ask()
-            if self._veto(trial):
-                veto_run = (veto_run + 1) % MAX_VETOES
-                stuck = veto_run == 0               # the sampler keeps proposing what the vetoes drop
-            else:
-                veto_run = 0
-                outcome = self.run_one(trial)
-                if self.stats.retired:             # the one slot is out of the run: retrying would loop forever
-                    return
-                dup_run = dup_run + 1 if outcome == "duplicate" else 0
-                stuck = dup_run >= MAX_DUPLICATES   # ... or what ran already
-            if stuck and not self._step_off():
-                self._exhausted()
-                return
+        """Run trials until `n_trials` count (search/parallel.py `ParallelLoop`, at any width)."""
+        raise NotImplementedError
+
+    def drain(self) -> None:
+        """Run what is queued: the finalists' reruns (search/parallel.py `ParallelLoop`)."""
+        raise NotImplementedError
 
     def _exhausted(self) -> None:
         self.stats.exhausted = True
@@ -188,19 +177,6 @@ class SearchLoop:
         trial = self.study.ask()
         trial.set_user_attr(HOST_ATTR, key or self.host_key)
         return trial
-
-    def run_one(self, trial: optuna.trial.Trial) -> str:
-        begun = self.begin(trial)
-        if begun is None:
-            return "duplicate"
-        params, role = begun
-        pruner = self.pruner(trial, role)
-        self.state.set(trial.number)
-        result = self.evaluate(trial, params, role, pruner, self.hooks.evaluate)
-        self.state.clear()
-        if self._retires(self.host_key, result):
-            self.stats.retired = True
-        return self.finish(trial, params, role, result, pruner)
 
     def _retires(self, key: str, result: TrialResult) -> bool:
         """Counts slot `key`'s infra results in a row; True, with `slot_retired` emitted, when they reach
@@ -354,17 +330,6 @@ class SearchLoop:
             self.emit("finalists", picks=sorted({e.trial for e in picks}), reruns=len(picks),
                       leader=st.leader.trial if st.leader else None)
         return bool(picks)
-
-    def drain(self) -> None:
-        """Run what is queued (the finalists' reruns)."""
-        while self._waiting():
-            fail_stale(self.study, self.hostless)
-            trial = self._ask()
-            if not queued(trial):
-                trial.set_user_attr("unused", True)      # the queue emptied under us: give the slot back
-                fail_running(self.study, self.study.trials[trial.number])
-                continue
-            self.run_one(trial)
 
 
 def tell_verdict(study: optuna.Study, trial: optuna.trial.Trial, v: Verdict) -> bool:

@@ -1,7 +1,9 @@
-"""Many trials in flight from one process: the ask/tell loop over free slots.
+"""The ask/tell loop over free slots: one trial per free slot at a time, at any width.
 
-The same loop as search/loop.py (baseline, local and repair steps, vetoes, duplicates, retries, finalists), with
-one trial per free slot at a time. Asks and tells happen on the calling thread only; each trial runs on a thread
+The search's only loop (the sequential search is this loop with one slot); what it shares with every worker
+(baseline, local and repair steps, vetoes, duplicates, retries, the finalists' race) is search/loop.py's
+`SearchLoop`. With one slot the trial runs on the calling thread (`_Inline`: no pool, an interrupt reaches the
+trial engine as it would without a loop). Asks and tells happen on the calling thread only; each trial runs on a thread
 of its own (it mostly waits on a server), under its heartbeat. While trials are in flight the sampler (TPE with
 constant liar) sees them as RUNNING and proposes away from them; a proposal equal to a config in flight is told
 FAIL as a duplicate and never runs twice; the local steps skip configs in flight.
@@ -33,6 +35,19 @@ from tunectl.profile import Profile
 EvaluateOn = Callable[[str, int, dict[str, Any], str, Callable[[LevelResult], bool] | None], TrialResult]
 
 
+class _Inline:
+    """One slot: `submit` runs the trial on the calling thread and hands back its finished future. An exception,
+    an interrupt included, goes to the caller at once, before the trial counts as in flight."""
+
+    def submit(self, fn: Callable[..., TrialResult], *args: Any) -> Future[TrialResult]:
+        fut: Future[TrialResult] = Future()
+        fut.set_result(fn(*args))
+        return fut
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
 @dataclass
 class Flight:
     trial: optuna.trial.Trial
@@ -50,7 +65,9 @@ class ParallelLoop(SearchLoop):
         self.keys, self.states, self.evaluate_on = keys, states, evaluate_on
         self.free = list(keys)
         self.flights: dict[Future[TrialResult], Flight] = {}
-        self.pool = ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="tunectl-slot")
+        self.pool: ThreadPoolExecutor | _Inline = (
+            ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="tunectl-slot") if len(keys) > 1
+            else _Inline())
 
     @property
     def width(self) -> int:
@@ -84,7 +101,7 @@ class ParallelLoop(SearchLoop):
                         return
                     break                          # wait for a result: it changes what the sampler proposes
                 if not self.flights:
-                    self.stats.retired = not self.free and more()      # every slot out of the run
+                    self.stats.retired = not self.free      # every slot out of the run: no finalist can run either
                     return
                 self._land()
 

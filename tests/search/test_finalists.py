@@ -13,7 +13,8 @@ from tests.search.conftest import make_profile
 from tunectl.models import LevelResult, TrialResult
 from tunectl.search import finalists as fin
 from tunectl.search import race
-from tunectl.search.loop import Hooks, SearchLoop
+from tunectl.search.loop import Hooks
+from tunectl.search.parallel import ParallelLoop
 from tunectl.search.study import HostState
 
 
@@ -90,16 +91,18 @@ class Scripted:
         return TrialResult(trial=n, status="ok", params=dict(params), role=role, levels=[lv])
 
 
-def _race(readings: dict[int, list[float]], tmp: Path, budget: int = 12) -> tuple[SearchLoop, Scripted]:
+def _race(readings: dict[int, list[float]], tmp: Path, budget: int = 12) -> tuple[ParallelLoop, Scripted]:
     """A study whose search ran each config once (its first reading), then the real loop's race."""
     prof = make_profile(search__finalists={"reruns": 2, "budget": budget}, search__space={
         "max-running-requests": {"type": "int", "choices": sorted(readings), "default": min(readings)}})
     study = optuna.create_study(direction="maximize")
     engine = Scripted(readings)
-    loop = SearchLoop(study, prof, Hooks(evaluate=engine), "local", HostState(tmp, "local"))
+    loop = ParallelLoop(study, prof, Hooks(evaluate=engine), {"local": HostState(tmp, "local")},
+                        lambda key, *a: engine(*a))
     for i, k in enumerate(sorted(readings)):
         study.enqueue_trial({"max-running-requests": k}, user_attrs={"role": "baseline" if i == 0 else "search"})
-        loop.run_one(study.ask())
+        assert loop._launch(study.ask())              # one slot: the trial runs on this thread
+        loop._land()
     loop.finalists()
     return loop, engine
 

@@ -8,8 +8,7 @@
 Every trial's files are written by this process into its own results/<study>/ as the trial runs (the server's log
 is read through the host's runner), so a study over many hosts has one place for all results.
 
-`loop(...)` is the search/loop.py `SearchLoop` for one slot (the plain case, unchanged) and search/parallel.py's
-`ParallelLoop` for more.
+`loop(...)` is search/parallel.py's `ParallelLoop` over the slots, one slot included (the sequential search).
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ import optuna
 from tunectl.errors import TunectlError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import Profile
-from tunectl.search.loop import Evaluate, Hooks, SearchLoop
+from tunectl.search.loop import Evaluate, Hooks
 from tunectl.search.parallel import ParallelLoop
 from tunectl.search.study import HostState, WorkerLock, claim_host
 from tunectl.wiring.slots import Slot, gpus_per_trial, host_key, make_slots
@@ -217,8 +216,6 @@ class Fleet:
         return evaluate
 
     def loop(self, study: optuna.Study, hooks: Hooks, states: dict[str, HostState], heartbeat_s: float,
-             seed: int | None) -> SearchLoop:
-        if self.width == 1:
-            key = self.keys[0]
-            return SearchLoop(study, self.prof, hooks, key, states[key], heartbeat_s=heartbeat_s, seed=seed)
+             seed: int | None) -> ParallelLoop:
+        """The search's loop over every slot (one slot: the sequential search, trials on the calling thread)."""
         return ParallelLoop(study, self.prof, hooks, states, self.evaluate_on, heartbeat_s=heartbeat_s, seed=seed)

@@ -28,7 +28,6 @@ from tunectl.search import finalists as fin
 from tunectl.search import policy
 from tunectl.wiring.parallel import Fleet
 from tunectl.search.loop import RETIRE_AFTER_INFRA, Evaluate, Hooks, SearchLoop
-from tunectl.search.parallel import ParallelLoop
 from tunectl.search.sampler import make_sampler
 from tunectl.search.study import (
     HEARTBEAT_S,
@@ -284,8 +283,7 @@ def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: S
                     on_event("prior", {"from": ws.study, "trials": added})
             loop.search(n_trials)
             loop.finalists()
-            if isinstance(loop, ParallelLoop):
-                loop.close()
+            loop.close()
             outcome = summarize(study, prof, loop, store, url, time.monotonic() - started)
             outcome.warm_start, outcome.slots = warmstart.summary(study), fleet.width
         store.write_best(outcome.to_dict())
