@@ -106,7 +106,7 @@ def test_version_names_the_interpreter() -> None:
     (("search", "--trials", "abc"), ("tunectl search", "--trials", "integer")),
     (("serch",), ("tunectl", "serch", "search")),                         # with its did-you-mean
     (("search", "--bogus"), ("tunectl search", "--bogus")),
-    (("sweep", "-c"), ("-c", "requires an argument")),
+    (("sweep", "-c"), ("tunectl sweep", "-c", "requires an argument")),
 ])
 def test_a_usage_error_is_one_line_naming_what_was_wrong(args: tuple[str, ...], names: tuple[str, ...]) -> None:
     res = cli(*args)

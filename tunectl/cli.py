@@ -46,6 +46,14 @@ def _register() -> None:
 _register()
 
 
+def _command_path(args: list[str]) -> str:
+    """`tunectl <command>` for the command named in `args` (an error raised before its context exists)."""
+    group = typer.main.get_command(app)
+    names = set(getattr(group, "commands", {}))
+    first = next((a for a in args if not a.startswith("-")), None)
+    return f"tunectl {first}" if first in names else "tunectl"
+
+
 def main() -> None:
     """The `tunectl` command: `app`, with a usage error (an unknown command or option, a value of the wrong type, a
     missing argument) as one line, like every other bad input, instead of the framed block typer prints."""
@@ -65,7 +73,7 @@ def main() -> None:
         if not msg:                                     # no arguments: the help was the answer
             sys.exit(getattr(e, "exit_code", 2))
         if "UsageError" in kinds:
-            where = ctx.command_path if ctx is not None else "tunectl"
+            where = ctx.command_path if ctx is not None else _command_path(sys.argv[1:])
             msg = f"{where}: {msg} (see '{where} --help')"
         print(f"error: {msg}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 2))

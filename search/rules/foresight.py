@@ -1,6 +1,10 @@
 """foresight: a config the history says repeats a crash (the same crash's cause, a memory footprint at or above
 one that ran out of memory: search/foresight.py) is dropped; a local step it drops is tried with the crash's
-repair applied (`Steps._step`)."""
+repair applied (`Steps._step`).
+
+Evidence: docs/search.md, "Proposals" (vetoes) and the rounds "A startup OOM weighs the mem fraction and the graphs
+together", "A repair step that would repeat a repairable crash comes with that crash's repair".
+"""
 from __future__ import annotations
 
 from typing import Any, ClassVar

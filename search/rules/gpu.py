@@ -1,5 +1,8 @@
 """gpu: a backend this GPU has no kernels for (its SM version against where SGLang's source says the backend
-runs: tunectl/sglang/scopes.py) is never proposed, before any crash says so."""
+runs: tunectl/sglang/scopes.py) is never proposed, before any crash says so.
+
+Evidence: docs/search.md, the round "a backend the GPU has no kernels for is vetoed before it crashes".
+"""
 from __future__ import annotations
 
 from typing import Any, ClassVar

@@ -1,7 +1,11 @@
 """kv_pressure: relief for the incumbent's KV pool when its server retracted requests (soft evidence, no crash):
 an FP8 KV cache where the config runs another, then the catalog's repairs for a full pool (a higher memory
 fraction, fewer running requests), bounded by the requests the logged pool holds; moves that already lost from an
-earlier incumbent are left out."""
+earlier incumbent are left out.
+
+Evidence: docs/search.md, "Proposals" (retractions as soft evidence); the real pool-full log
+tests/fixtures/logs/llama8b-h100/kv-pressure.log (tests/sglang/test_memory.py).
+"""
 from __future__ import annotations
 
 from typing import ClassVar

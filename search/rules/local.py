@@ -1,6 +1,10 @@
 """local: one knob away from the leader (the best pooled estimate), best-rated first, past the knobs already moved
 alone from it with no effect (`flat_knobs`); graphs switched on come with the room they need. From LOCAL_AFTER
-finished trials on."""
+finished trials on.
+
+Evidence: docs/search.md, the rounds "After TPE's random start the loop's steps take every turn" and "The loop's
+steps from the baseline on".
+"""
 from __future__ import annotations
 
 from typing import Any, ClassVar

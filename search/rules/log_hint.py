@@ -1,6 +1,10 @@
 """log_hint: what the incumbent's server log, then its ties' (`peers`), asks for (tunectl/sglang/memory.py
 `log_hints`: decode batches above the captured graph sizes, graphs off, requests queued at max-running-requests,
-a full KV pool), as soft evidence; moves that already lost from an earlier incumbent are left out."""
+a full KV pool), as soft evidence; moves that already lost from an earlier incumbent are left out.
+
+Evidence: docs/search.md, "The log hints ... moved the 8B card" and "Log hints from the configs that tied the
+incumbent"; each hint read from real logs in tests/sglang/.
+"""
 from __future__ import annotations
 
 from typing import ClassVar

@@ -1,6 +1,9 @@
 """split: each half of the pair move that made the leader first, the halves in the order the local steps rank
 them. The value model is additive, so it credits a two-knob gain to both new values; a passenger that costs a few
-percent rides along in every step after unless one half is tried alone."""
+percent rides along in every step after unless one half is tried alone.
+
+Evidence: docs/search.md, the round "A winning pair of backends is split".
+"""
 from __future__ import annotations
 
 import random

@@ -1,6 +1,11 @@
 """startup_repair: the crash catalog's repairs for configs that crashed at startup which the value model rates
 near the incumbent (at least STARTUP_REPAIR_SHARE of its value), or that were repair steps themselves (a hint from
-the server's log whose config crashed), newest first, with the bounds the OOM message gives."""
+the server's log whose config crashed), newest first, with the bounds the OOM message gives.
+
+Evidence: docs/search.md, the fourth round under "Search efficiency": a DeepSeek startup crash this rule left
+unrepaired until trial 37 (the model rated it 0.70 of the incumbent); three ways around it, each measured on every
+card, none kept.
+"""
 from __future__ import annotations
 
 from typing import ClassVar

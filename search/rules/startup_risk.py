@@ -1,5 +1,9 @@
 """startup_risk: the odds a proposal crashes at startup by the startup-crash model fitted to the history
-(search/surrogate.py `startup_risk`), from TPE_STARTUP finished trials on; the caller drops it at VETO_RISK."""
+(search/surrogate.py `startup_risk`), from TPE_STARTUP finished trials on; the caller drops it at VETO_RISK.
+
+Evidence: docs/search.md, "Proposals" (vetoes): a sampler proposal the startup-crash model rates at VETO_RISK is
+told FAIL unrun.
+"""
 from __future__ import annotations
 
 from typing import Any, ClassVar
