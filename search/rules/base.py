@@ -17,6 +17,8 @@ from optuna.trial import FrozenTrial
 
 from tunectl.profile import Profile
 from tunectl.search import finalists as fin
+from tunectl.search.space import config_key
+from tunectl.search.trials import lost_moves
 
 if TYPE_CHECKING:
     from tunectl.search.foresight import Seen
@@ -62,7 +64,23 @@ class Context:
         return wl.input_len + wl.output_len
 
     def fixes(self, t: FrozenTrial) -> Any:
+        """The crash catalog's repairs for `t`'s crash."""
         return self.steps._fixes(t)
+
+    def unlost(self, fixes: Any) -> list[Any]:
+        """Soft-evidence changes less the moves that already lost from an earlier incumbent."""
+        return self.steps._unlost(fixes, self.lost)
+
+    @functools.cached_property
+    def lost(self) -> set[tuple[str, Any]]:
+        return lost_moves(self.done)
+
+    def footprint(self) -> Any:
+        """The study's memory footprint from the servers' logs (None before one is logged)."""
+        return self.steps._footprint(self.done)
+
+    def startup_risk(self, params: dict[str, Any]) -> float:
+        return self.steps._startup_risk(self.done, self.known)(params)
 
     @functools.cached_property
     def walk(self) -> Walk | None:
@@ -72,7 +90,6 @@ class Context:
 
     def runnable(self, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Walk candidates as a step from the leader makes them (`Walk.room`), less those already run."""
-        from tunectl.search.space import config_key
         walk = self.walk
         assert walk is not None
         return [c for c in map(walk.room, cands) if config_key(c) not in self.seen]

@@ -22,7 +22,7 @@ class Foresight:
     constants: ClassVar[tuple[str, ...]] = ()
 
     def check(self, params: dict[str, Any], ctx: Context) -> tuple[float, Seen | None] | None:
-        like = predicted_crash(ctx.prof.search, params, ctx.known, ctx.steps._footprint(ctx.done))
+        like = predicted_crash(ctx.prof.search, params, ctx.known, ctx.footprint())
         return None if like is None else (1.0, like)
 
 

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from tunectl.search.repair import lookup, pool_bounds, pool_relief
 from tunectl.search.rules.base import Context, Evidence
-from tunectl.search.trials import facts, lost_moves
+from tunectl.search.trials import facts
 
 from tunectl.models import ladder_steps
 
@@ -37,7 +37,7 @@ class KvPressure:
         if logged.get("retracted_reqs", 0) < KV_PRESSURE_SHARE * top or top <= 0:
             return []
         fixes = [*pool_relief(ctx.prof.search, dict(t.params), logged), *lookup(ctx.steps.repairs, KV_PRESSURE)]
-        return [Evidence(t, ctx.steps._unlost(fixes, lost_moves(ctx.done)),
+        return [Evidence(t, ctx.unlost(fixes),
                          pool_bounds(logged, ctx.tokens_per_request), KV_PRESSURE)]
 
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from tunectl.search.repair import log_hints
 from tunectl.search.rules.base import Context, Evidence
-from tunectl.search.trials import facts, lost_moves, peers
+from tunectl.search.trials import facts, peers
 
 from tunectl import knobs
 
@@ -27,12 +27,11 @@ class LogHint:
         if ctx.incumbent is None:
             return []
         out = []
-        lost = lost_moves(ctx.done)
         for peer in peers(ctx.incumbent, ctx.done):
             flags = knobs.merge(ctx.prof, dict(peer.params))[0]
             for fixes, bounds in log_hints(ctx.prof.search, dict(peer.params), flags, facts(peer),
                                            ctx.tokens_per_request):
-                out.append(Evidence(peer, ctx.steps._unlost(fixes, lost), bounds,
+                out.append(Evidence(peer, ctx.unlost(fixes), bounds,
                                     "hint:" + ",".join(sorted({str(target) for target, _ in fixes}))))
         return out
 

@@ -22,7 +22,7 @@ class StartupRisk:
     def check(self, params: dict[str, Any], ctx: Context) -> tuple[float, Seen | None] | None:
         if len(ctx.done) < TPE_STARTUP:
             return None
-        return ctx.steps._startup_risk(ctx.done, ctx.known)(params), None
+        return ctx.startup_risk(params), None
 
 
 RULE = StartupRisk()
