@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One real search end to end on the GPU (docs/real-gpu.md, "The end-to-end real search"): run from the repository
+# root on the GPU machine after bench/gpu/landscape.sh stage; run it detached.
+# Usage: bench/gpu/e2e.sh OUT [PROFILE] [STUDY]     env: TRIALS (12), DEADLINE (epoch s: no launch starts after
+#        DEADLINE - LAUNCH_S), LAUNCH_S (150), KEEP (a folder of an earlier lease's results/, copied in first)
+#   1. `tunectl search` (the same command resumes: the study's results from KEEP continue where they stopped);
+#   2. once it has a winner: the winner and SGLang's default (the profile's base flags, the space's defaults) on
+#      3 fresh launches each, interleaved W D D W W D so that a drift of the machine hits both, each level
+#      measured by the real sglang.bench_serving with 8 x c requests (bench/gpu/e2e_gain.py pools them).
+#   -> OUT/results/<study>/ (the search), OUT/results/<study>-confirm-{winner,default}-<n>/, OUT/steps.log, OUT/DONE
+set -uo pipefail
+out=${1:?usage: $0 OUT [PROFILE] [STUDY]}; prof=${2:-profiles/real-llama8b-h100.yaml}; study=${3:-e2e-llama8b}
+mkdir -p "$out/results"
+[ -n "${KEEP:-}" ] && [ -d "$KEEP" ] && cp -rn "$KEEP"/. "$out/results/"
+export PYTHONPATH=/tmp/tunectl-site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=200
+tl() { python3 -c "from tunectl.cli import app; app()" "$@"; }
+step() { echo "$(date +%s) $(date -u +%T) $*" | tee -a "$out/steps.log"; }
+late() { [ -n "${DEADLINE:-}" ] && [ $(( $(date +%s) + ${LAUNCH_S:-150} )) -gt "$DEADLINE" ]; }
+nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
+step "e2e $study on $prof, gpu $(cat "$out/gpu.txt")"
+
+step "search start"
+tl search -p "$prof" --study "$study" --trials "${TRIALS:-12}" --results "$out/results" --json \
+  > "$out/search.json" 2> "$out/search.err"
+rc=$?; step "search end exit $rc"
+if [ $rc -ne 0 ]; then touch "$out/DONE"; exit 0; fi
+
+# The confirmation's levels: 8 x c requests for the real client (the search measured 4 x c).
+cprof=/tmp/e2e-confirm.yaml
+python3 - "$prof" "$cprof" <<'PY'
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+d["bench"]["workloads"][0]["prompts_per_level"] = 8
+yaml.safe_dump(d, open(sys.argv[2], "w"))
+PY
+mapfile -t win < <(tl best --study "$study" --results "$out/results" --format json | python3 -c "
+import json, sys
+for k, v in json.load(sys.stdin)['params'].items(): print('--set'); print(f'{k}={str(v).lower() if isinstance(v, bool) else v}')")
+step "winner ${win[*]}"
+n=0
+for who in winner default default winner winner default; do
+  n=$((n + 1)); name="$study-confirm-$who-$n"
+  [ -d "$out/results/$name" ] && { step "skip $name (measured)"; continue; }
+  late && { step "stop before $name: deadline"; break; }
+  args=(); [ "$who" = winner ] && args=("${win[@]}")
+  step "start $name ${args[*]}"
+  tl sweep -p "$cprof" --client bench_serving "${args[@]}" --study "$name" --results "$out/results" --json \
+    > "$out/$name.json" 2> "$out/$name.err"
+  step "end $name exit $? gpu $(nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>&1)"
+done
+touch "$out/DONE"
