@@ -22,8 +22,7 @@ def test_every_real_log_classifies_as_recorded_and_every_healthy_start_reached_r
     assert len(trials) == 9
     for t in trials:
         log = (store.trial_dir(t.trial) / "server.log").read_bytes()
-        w = LogWatcher()
-        w.feed(log, 0.0)
+        w = LogWatcher.read(log)
         if t.crash is None:
             assert w.ready and not w.crashed, t.trial
         else:                                               # re-read from the real log with today's catalog

@@ -67,8 +67,7 @@ def test_moe_search_trials_and_the_refusal_classified_from_the_real_log() -> Non
     for t in trials:
         log = (store.trial_dir(t.trial) / "server.log").read_bytes()
         if t.crash is None:
-            w = LogWatcher()
-            w.feed(log, 0.0)
+            w = LogWatcher.read(log)
             assert w.ready and not w.crashed and t.teardown["verdict"] == "clean", t.trial
     (refused,) = [t for t in trials if t.crash is not None]
     assert refused.params["moe-runner-backend"] == "flashinfer_cutedsl"

@@ -49,8 +49,7 @@ def test_token_ids_stay_inside_a_small_vocabulary() -> None:
 
 def test_real_run_with_both_clients_is_not_a_crash() -> None:
     data = (LOGS / "sweep-both-clients.log").read_bytes()
-    w = LogWatcher()
-    w.feed(data, 0.0)
+    w = LogWatcher.read(data)
     assert not w.crashed
     assert classify(data.decode(errors="replace"), "load", 512, 137) is None
 

@@ -18,9 +18,7 @@ PROFILE = load_profile(Path(__file__).parents[2] / "profiles" / "real-llama8b-h1
 
 
 def facts(name: str) -> dict[str, float]:
-    w = LogWatcher()
-    w.feed((LOGS / name).read_bytes(), 0.0)
-    w.flush(0.0)
+    w = LogWatcher.read((LOGS / name).read_bytes())
     assert not w.crashed and w.ready
     return w.facts
 

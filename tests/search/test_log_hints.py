@@ -22,10 +22,7 @@ PROFILE = ROOT / "profiles" / "sim-llama8b-h200.yaml"
 
 
 def facts_of(log: Path) -> dict[str, float]:
-    w = LogWatcher()
-    w.feed(log.read_bytes(), 0.0)
-    w.flush(0.0)
-    return w.facts
+    return LogWatcher.read(log.read_bytes()).facts
 
 
 def test_real_decode_lines_show_a_batch_above_the_captured_graphs_and_a_queue_at_the_cap() -> None:
@@ -119,10 +116,7 @@ RAMP_LINE = ("[2026-12-02 16:20:01] Decode batch, #running-req: 300, #token: 120
 
 
 def facts_of_lines(*lines: str) -> dict[str, float]:
-    w = LogWatcher()
-    w.feed("".join(line + "\n" for line in lines).encode(), 0.0)
-    w.flush(0.0)
-    return w.facts
+    return LogWatcher.read("".join(line + "\n" for line in lines)).facts
 
 
 def test_a_full_kv_pool_holding_requests_back_is_read_from_the_decode_lines() -> None:
@@ -232,9 +226,7 @@ def test_every_fact_the_log_gives_reaches_the_search_through_the_one_list() -> N
     for log in [real, *sorted(LOGS.rglob("*.log"))]:
         seen |= set(facts_of(log))
     assert seen and seen <= set(LOG_FACTS)
-    w = LogWatcher()
-    w.feed(real.read_bytes() + (POOL_FULL_LINE + "\n").encode(), 0.0)
-    w.flush(0.0)
+    w = LogWatcher.read(real.read_bytes() + (POOL_FULL_LINE + "\n").encode())
     stored = evidence_attrs(TrialResult(trial=2, status="ok", server_facts=dict(w.facts)))["server_facts"]
     assert stored["kv_cache_bits"] == 8 and stored["decode_queue_pool_full"] == 95
     params = {**PARAMS, "cuda-graph-max-bs": 512, "max-running-requests": 1024}

@@ -17,10 +17,7 @@ LAND = ROOT / "docs" / "real-gpu" / "landscapes" / "llama8b-h100" / "results"
 
 
 def facts(path: Path) -> dict[str, float]:
-    w = LogWatcher()
-    w.feed(path.read_bytes(), 0.0)
-    w.flush(0.0)
-    return w.facts
+    return LogWatcher.read(path.read_bytes()).facts
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,7 @@ MEM = 0.85          # profiles/real-llama8b-h100.yaml: every landscape config ra
 
 
 def facts(path: Path) -> dict[str, float]:
-    w = LogWatcher()
-    w.feed(path.read_bytes(), 0.0)
-    w.flush(0.0)
+    w = LogWatcher.read(path.read_bytes())
     assert not w.crashed and w.ready
     return w.facts
 

@@ -178,7 +178,4 @@ def read_log(lad: Any) -> Any:
     from tunectl.sglang.crashes.classifier import LogWatcher
     from tunectl.sim.transcript import transcript
 
-    watcher = LogWatcher()
-    watcher.feed(transcript(lad.setup, lad).encode(), 0.0)
-    watcher.flush(0.0)
-    return watcher
+    return LogWatcher.read(transcript(lad.setup, lad))

@@ -231,6 +231,14 @@ class LogWatcher:
         self.first_traceback_offset: int | None = None
         self.lines_seen = 0
 
+    @classmethod
+    def read(cls, data: bytes | str) -> LogWatcher:
+        """A whole log read at once (a finished trial's server.log, a fixture, the stand-in's transcript)."""
+        w = cls()
+        w.feed(data.encode() if isinstance(data, str) else data, 0.0)
+        w.flush(0.0)
+        return w
+
     @property
     def ready(self) -> bool:
         return "ready" in self.milestones
