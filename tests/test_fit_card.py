@@ -57,25 +57,31 @@ REAL = Path(__file__).resolve().parents[1] / "docs" / "real-gpu" / "landscapes" 
 
 
 def test_the_h100_card_fitted_to_the_real_landscape_reaches_its_graph_effects() -> None:
-    """sim/cards/llama31-8b-h100.yaml against the measured table (the real client): each level of the five configs
-    it was fitted to (c00-c04) within 20%, and c05, measured after the fit, within 10%; the effect of graphs to 256
-    instead of 32 (c02 vs c04: 1.95x at 64 streams, 1.10x at 256) within 10%. The same card without the eager
-    overlap (launches added to the GPU's work, as the older cards play it) cannot reach the 256-stream effect: it
-    makes eager batches far slower there than the real GPU does. (c06, graphs off with max-running 512, measured
-    after the fit too, the card does not reach: docs/landscapes.md, "The first real fit".)"""
+    """sim/cards/llama31-8b-h100.yaml against the measured table (the real client), fitted to the design's balanced
+    first half (c00-c11) with every third config held out: each level of the eight configs it was fitted to within
+    20% on average, the four held out (c02, c05, c08, c11) within 15% on average and 25% at worst per level; the
+    main effects of graphs on and of graphs to 256 instead of 32 (measured 3.00x / 1.54x / 1.33x and 1.00x / 2.04x /
+    1.69x at 16 / 64 / 256 streams) within 10%. The same card without the eager overlap (launches added to the GPU's
+    work, as the older cards play it) cannot reach the graphs' effect at 256 streams: it makes eager batches far
+    slower there than the real GPU does. (docs/landscapes.md, "The first real fit" and "The refit on the balanced
+    half".)"""
     land = landscape.convert(REAL)
     card = load_card("llama31-8b-h100")
     fit = Fit(land, card, "bench_serving")
-    fitted_to = [c for c in fit.configs if c["id"] in {f"c{i:02d}" for i in range(5)}]
-    per, crash_off = errors(fit, card, fitted_to)
-    assert crash_off == [] and len(fitted_to) == 5
-    assert max(abs(e) for es in per.values() for e in es) < 0.2
-    later, crash_off = errors(fit, card, [c for c in fit.configs if c["id"] == "c05"])
-    assert crash_off == [] and len(later) == 3 and max(abs(e) for es in later.values() for e in es) < 0.1
-    effects = {lv: (m, c) for k, _, lv, m, c in main_effects(fit, card) if k == "cuda-graph-max-bs-decode"}
-    for lv in (64, 256):
-        meas, model = effects[lv]
-        assert abs(model / meas - 1) < 0.1, (lv, meas, model)
+    half = [c for c in fit.configs if c["id"] in {f"c{i:02d}" for i in range(12)}]
+    held = {"c02", "c05", "c08", "c11"}
+    for configs, mean_max, worst in (([c for c in half if c["id"] not in held], 0.2, None),
+                                     ([c for c in half if c["id"] in held], 0.15, 0.25)):
+        per, crash_off = errors(fit, card, configs)
+        assert crash_off == [] and set(per) == {16, 64, 256}
+        for lv, es in per.items():
+            assert sum(abs(e) for e in es) / len(es) < mean_max, (lv, es)
+            assert worst is None or max(abs(e) for e in es) < worst, (lv, es)
+    effects = {(k, lv): (m, c) for k, _, lv, m, c in main_effects(fit, card)}
+    for knob in ("cuda-graph-backend-decode", "cuda-graph-max-bs-decode"):
+        for lv in (16, 64, 256):
+            meas, model = effects[(knob, lv)]
+            assert abs(model / meas - 1) < 0.1, (knob, lv, meas, model)
     additive = scaled(card, {}, {"decode.launch_overlap_p": 0.0})
     meas, model = {lv: (m, c) for k, _, lv, m, c in main_effects(fit, additive)
                    if k == "cuda-graph-max-bs-decode"}[256]
