@@ -14,11 +14,16 @@ and are named, and the fix belongs in the physics (sim/), not in these factors.
         --gpu "NVIDIA H100 80GB HBM3" --gpu-gib 79.19 [--hold 3] [--client builtin] [--out card.yaml]
         [--physics decode.launch_overlap_p=4]      # switch a physics term on in the starting card (then fitted)
         [--noise]                                  # the card's noise set to what the relaunched configs measured
+        [--passengers chunked-prefill-size,kv-cache-dtype]   # configs differing only in these count as relaunches
 
 The landscape's relaunched configs (two or more launches) also give the noise a real server plays (the card's
 `noise`, sim/noise.py): per config and client, each launch's log values less the config's mean per level split
 into the launch's shift (its mean over the levels: `noise.launch`) and what is left per level (`noise.level`),
-pooled over the configs as standard deviations. Printed always; `--noise` writes them into the fitted card.
+pooled over the configs as standard deviations, for all configs and apart for the graphed and the eager ones
+(graphs off: eager decoding is CPU-bound and moves between launches more). Printed always; `--noise` writes them
+into the fitted card (`noise.launch` and `noise.level` from the graphed configs, `noise.launch_eager` from the eager
+ones where both were relaunched; the eager configs' larger drift within a launch is not played). `--passengers`: knobs the table shows act on nothing; configs that differ only in them are twins,
+read as launches of one config.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -156,16 +162,31 @@ def main_effects(fit: Fit, card: Card) -> list[tuple[str, str, int, float, float
     return out
 
 
-def noise(land: dict[str, Any], client: str) -> dict[str, float] | None:
+def eager(flags: dict[str, Any]) -> bool:
+    """A config whose decode steps run without CUDA graphs (0.5.17's backend `disabled`, older `disable-cuda-graph`)."""
+    return flags.get("cuda-graph-backend-decode") == "disabled" or str(flags.get("disable-cuda-graph")).lower() == "true"
+
+
+def noise(land: dict[str, Any], client: str, passengers: tuple[str, ...] = (),
+          keep: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, float] | None:
     """The launch-to-launch and level-to-level log-normal sds the relaunched configs measured with `client`:
     {"launch", "level", "configs", "launches"}, None without a config launched twice. For launches l of a config at
     levels k, r_lk = log v_lk less the level's mean over the launches; the launch's shift a_l = mean_k r_lk; the
     rest e_lk = r_lk - a_l. level^2 = sum e^2 / sum (n-1)(K-1); launch^2 = sum a^2 / sum (n-1) less level^2 / K
-    (a shift read from K noisy levels carries level^2 / K of their noise), at least 0."""
+    (a shift read from K noisy levels carries level^2 / K of their noise), at least 0.
+    `passengers`: knobs measured to act on nothing here; configs that differ only in them count as launches of one
+    config (twins). `keep`: only the configs whose flags it accepts (e.g. `eager`)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for cfg in land["configs"]:
+        if keep is not None and not keep(cfg.get("set", {})):
+            continue
+        key = repr(sorted((k, str(v)) for k, v in cfg["set"].items() if k not in passengers)) \
+            if passengers and "set" in cfg else cfg["id"]
+        groups.setdefault(key, []).extend(ln["levels"].get(client, {}) for ln in cfg["launches"]
+                                          if ln["outcome"] == "ok")
     a2 = e2 = 0.0
     df_a = df_e = configs = launches = 0
-    for cfg in land["configs"]:
-        runs = [ln["levels"].get(client, {}) for ln in cfg["launches"] if ln["outcome"] == "ok"]
+    for runs in groups.values():
         levels = sorted(set.intersection(*(
             {lv for lv, m in r.items() if m.get("status") == "ok" and (m.get("value") or 0) > 0} for r in runs)),
             key=int) if len(runs) > 1 else []
@@ -225,6 +246,9 @@ def main() -> int:
     ap.add_argument("--name", default=None, help="the fitted card's name (default: the starting card's)")
     ap.add_argument("--noise", action="store_true",
                     help="set the fitted card's noise.launch and noise.level to what the relaunched configs measured")
+    ap.add_argument("--passengers", default="", metavar="K1,K2",
+                    help="knobs measured to act on nothing in this table: configs that differ only in them count as "
+                    "launches of one config in the noise (twins)")
     ap.add_argument("--physics", action="append", default=[], metavar="FIELD=VALUE",
                     help="set a card field of the starting card, e.g. decode.launch_overlap_p=4 (repeatable)")
     args = ap.parse_args()
@@ -246,16 +270,26 @@ def main() -> int:
     factors = fit.fit(train)
     fitted = scaled(card, factors)
     report(fit, fitted, factors, train, held)
-    measured = noise(land, fit.client)
+    passengers = tuple(k for k in args.passengers.split(",") if k)
+    measured = noise(land, fit.client, passengers)
     if measured is None:
         print("  noise: no config launched twice (the card's is kept: "
               f"launch {card.noise.launch:.3f}, level {card.noise.level:.3f})")
     else:
-        print(f"  noise ({fit.client}, {measured['launches']} launches of {measured['configs']} configs): "
+        graphed = noise(land, fit.client, passengers, lambda f: not eager(f))
+        eagerly = noise(land, fit.client, passengers, eager)
+        twins = f", configs differing only in {', '.join(passengers)} as twins" if passengers else ""
+        print(f"  noise ({fit.client}, {measured['launches']} launches of {measured['configs']} configs{twins}): "
               f"launch {measured['launch']:.3f}, level {measured['level']:.3f} (log-normal sds; the card's: "
               f"launch {card.noise.launch:.3f}, level {card.noise.level:.3f})")
+        for name, m in (("graphed", graphed), ("eager", eagerly)):
+            print(f"    {name}: " + ("no config launched twice" if m is None else
+                  f"launch {m['launch']:.3f}, level {m['level']:.3f} ({m['launches']} launches of {m['configs']})"))
         if args.noise:
-            fitted = scaled(fitted, {}, {"noise.launch": measured["launch"], "noise.level": measured["level"]})
+            values = {"noise.launch": (graphed or measured)["launch"], "noise.level": (graphed or measured)["level"]}
+            if graphed is not None and eagerly is not None:
+                values["noise.launch_eager"] = eagerly["launch"]
+            fitted = scaled(fitted, {}, values)
     if args.name:
         fitted = fitted.model_copy(update={"name": args.name})
     if args.out:

@@ -22,6 +22,7 @@ from tunectl.search.space import config_key
 from tunectl.stats import Interval, compare, gain, spread
 
 SEARCH_ROLES = ("search", "baseline")
+GAIN_BASE = "gain_baseline"          # a rerun of the baseline for the gain's interval, not the race's
 
 
 def role(t: FrozenTrial) -> str:
@@ -82,21 +83,34 @@ def _runs_of(trials: list[FrozenTrial], n: int) -> list[FrozenTrial]:
 
 
 def spent(trials: list[FrozenTrial]) -> int:
-    """Reruns the race has used: every finalist trial queued, running or finished (not one told FAIL unrun)."""
-    return sum(role(t) == "finalist" and t.state != TrialState.FAIL for t in trials)
+    """Reruns the race has used: every finalist trial queued, running or finished (not one told FAIL unrun), the
+    baseline's own reruns for the gain (`baseline_reruns`) apart."""
+    return sum(role(t) == "finalist" and t.state != TrialState.FAIL and not t.user_attrs.get(GAIN_BASE)
+               for t in trials)
+
+
+def baseline_reruns(st: race.Standings, trials: list[FrozenTrial], reruns: int) -> list[race.Entry]:
+    """The baseline's missing reruns once the race is over: the gain the study claims rests on the baseline's own
+    launches (1 + `reruns`, as the winner's do), not on one reading and the other configs' spread: a baseline that
+    scatters more between launches than the finalists (an eager one, on real GPUs) gets the interval it earns."""
+    base = next((t.number for t in trials if role(t) == "baseline"), None)
+    entry = next((e for e in st.entries if e.trial == base), None)
+    if entry is None or not entry.alive:
+        return []
+    return [entry] * max(0, 1 + reruns - entry.n - entry.pending)
 
 
 def standings(trials: list[FrozenTrial], prior: float, pool: Any = None) -> race.Standings:
     return race.standings(trials, candidates(trials), prior, is_rerun, feasible, pool)
 
 
-def enqueue(study: optuna.Study, entries: list[race.Entry]) -> int:
+def enqueue(study: optuna.Study, entries: list[race.Entry], **attrs: Any) -> int:
     """Queue one rerun per listed entry (a config listed twice gets two); returns how many were queued."""
     done: dict[int, int] = {}
     for e in entries:
         done[e.trial] = done.get(e.trial, e.n + e.pending - 1) + 1
         study.enqueue_trial(dict(e.params), user_attrs={"role": "finalist", "finalist_of": e.trial,
-                                                         "rerun": done[e.trial]})
+                                                         "rerun": done[e.trial], **attrs})
     return len(entries)
 
 

@@ -286,6 +286,8 @@ class SearchLoop:
             return []
         while self._race_round(cfg.reruns, cfg.budget, cfg.noise) or self._others_racing():
             self.drain()
+        while self._baseline_round(cfg.reruns, cfg.noise) or self._others_racing():
+            self.drain()
         st = fin.standings(self.trials(), cfg.noise, self._pool())
         self.stats.verdicts = fin.verdicts(st)
         self.stats.race = {"rule": race.rule(st), "budget": cfg.budget, "spent": fin.spent(self.trials()),
@@ -312,6 +314,22 @@ class SearchLoop:
             time.sleep(min(1.0, self.heartbeat_s / 4))
             fail_stale(self.study, self.hostless)
         return busy
+
+    def _baseline_round(self, reruns: int, prior: float) -> bool:
+        """Queue the baseline's missing reruns (the gain's own launches: `fin.baseline_reruns`) under the lock."""
+        lock = self.hooks.lock("finalists") if self.hooks.lock else None
+        if lock:
+            lock.acquire(blocking=True)
+        try:
+            trials = self.trials()
+            picks = fin.baseline_reruns(fin.standings(trials, prior, self._pool()), trials, reruns)
+            fin.enqueue(self.study, picks, **{fin.GAIN_BASE: True})
+        finally:
+            if lock:
+                lock.release()
+        if picks:
+            self.emit("finalists", picks=[picks[0].trial], reruns=len(picks), leader=None, baseline=True)
+        return bool(picks)
 
     def _race_round(self, reruns: int, budget: int, prior: float) -> bool:
         """Queue the next round's reruns under the study-wide lock (workers share the race and its budget)."""

@@ -2,10 +2,11 @@
 the noise, until the leader's interval separates from the rest or the rerun budget is spent.
 
 - Each config's launches (its search run and its reruns) give its mean objective value and a 95% interval from the
-  launch-to-launch noise, one relative spread for the whole study: pooled over every config with two or more
+  launch-to-launch noise: one relative spread for the whole study, pooled over every config with two or more
   launches, with the profile's prior (`search.finalists.noise`, real GPUs: ~5%, docs/real-gpu.md) counted as
-  `PRIOR_DF` launches' worth, so a config run once has an honest interval (+-2 sd), never a point; never narrower
-  than the launches' own level intervals allow.
+  `PRIOR_DF` launches' worth, so a config run once has an honest interval (+-2 sd), never a point; wider for a
+  config whose own launches scatter more (`own_noise`: eager configs do on real GPUs); never narrower than the
+  launches' own level intervals allow.
 - Pooled (`search.pool`, search/pooling.py): each config's launches weighed against what the value model predicts
   for it from the other configs; the race ranks by that estimate and its interval (a lucky reading that its knob
   values do not explain ranks lower), while the number printed for a config stays the mean of its own launches.
@@ -157,10 +158,23 @@ def launch_noise(entries: list[Entry], prior: float) -> tuple[float, int]:
     return math.sqrt((ss + PRIOR_DF * prior ** 2) / (df + PRIOR_DF)), df
 
 
+def own_noise(e: Entry, noise: float) -> float:
+    """The config's launch-to-launch sd: the study's pooled one, or wider where its own launches scatter more (their
+    spread shrunk toward the pooled one, which counts as PRIOR_DF launches). Launches of one config are not all alike
+    in noise: on a real H100 eager configs moved 12% between launches where graphed ones moved 2%
+    (docs/landscapes.md), and a pooled spread read mostly from the latter is too narrow for the former."""
+    if e.n < 2 or min(e.values) <= 0:
+        return noise
+    logs = [math.log(v) for v in e.values]
+    m = fmean(logs)
+    own = math.sqrt((sum((x - m) ** 2 for x in logs) + PRIOR_DF * noise ** 2) / (e.n - 1 + PRIOR_DF))
+    return max(noise, own)
+
+
 def interval(e: Entry, noise: float, df: int) -> Interval:
     if not e.values:
         return Interval(0.0, 0.0, 0.0, 0)
-    between = t95(df + PRIOR_DF) * noise / math.sqrt(e.n)
+    between = t95(df + PRIOR_DF) * own_noise(e, noise) / math.sqrt(e.n)
     within = math.sqrt(sum(h * h for h in e.halves)) / e.n
     h, m = max(between, within), e.mean
     return Interval(m, m * (1 - h), m * (1 + h), e.n)

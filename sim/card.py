@@ -123,6 +123,10 @@ class Noise(Strict):
     ~9-10% spread between three fresh launches at 8 x c requests per level)."""
 
     launch: float = Field(0.05, ge=0, description="log-normal sd of a launch's speed (fresh launches differ)")
+    launch_eager: float | None = Field(
+        None, ge=0, description="log-normal sd of a launch's speed on eager decode steps (graphs off, or a batch above "
+        "their max bs), drawn with the same sign as `launch`: eager decoding is bound by the CPU's kernel launches, "
+        "which move between launches more than graphed steps do (a real H100: docs/landscapes.md); none: `launch`")
     level: float = Field(0.03, ge=0, description="log-normal sd of the speed's drift within a launch")
     period_s: float = Field(10.0, gt=0, description="modeled seconds of work between drift draws")
 

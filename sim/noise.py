@@ -3,7 +3,9 @@
 `Speed(noise, seed)` scales every modeled step time by two factors, both log-normal with median 1 (the card's
 noise-free model is the config's true value): one drawn once per launch (`noise.launch`: the spread between fresh
 launches: clocks, placement, allocator state) and one redrawn every `noise.period_s` modeled seconds of work
-(`noise.level`: drift within a launch, so two levels of one launch differ too). Draws come from the seed alone and
+(`noise.level`: drift within a launch, so two levels of one launch differ too). An eager decode step (graphs off, or
+a batch above their max bs) takes its launch factor from `noise.launch_eager` where the card sets it: the same draw
+scaled to that sd, so a slow launch is slow in both modes, eager more so. Draws come from the seed alone and
 the work done, never from wall time: the host's load never changes a reading, and the live stand-in and the
 virtual clock play the same noise for the same seed. `scale` multiplies both (0: the noise-free card).
 """
@@ -20,22 +22,30 @@ def _draw(key: str, sd: float) -> float:
     return math.exp(random.Random(key).gauss(0.0, sd)) if sd > 0 else 1.0
 
 
+def _draws(key: str, *sds: float) -> tuple[float, ...]:
+    """exp(z x sd) for each sd, one z ~ N(0, 1) drawn from `key` (each equals `_draw(key, sd)`)."""
+    z = random.Random(key).gauss(0.0, 1.0)
+    return tuple(math.exp(z * sd) if sd > 0 else 1.0 for sd in sds)
+
+
 class Speed:
     def __init__(self, noise: Noise, seed: int | str, scale: float = 1.0):
         self.seed, self.period_ms = seed, noise.period_s * 1000.0
         self.level_sd = noise.level * scale
-        self.launch = _draw(f"launch:{seed}", noise.launch * scale)
+        eager = noise.launch if noise.launch_eager is None else noise.launch_eager
+        self.launch, self.launch_eager = _draws(f"launch:{seed}", noise.launch * scale, eager * scale)
         self.busy_ms = 0.0                # modeled work done so far (noise-free step times)
         self._segment, self._level = -1, 1.0
 
-    def factor(self) -> float:
+    def factor(self, eager: bool = False) -> float:
         segment = int(self.busy_ms // self.period_ms)
         if segment != self._segment:
             self._segment, self._level = segment, _draw(f"level:{self.seed}:{segment}", self.level_sd)
-        return self.launch * self._level
+        return (self.launch_eager if eager else self.launch) * self._level
 
-    def __call__(self, ms: float) -> float:
-        """A step's noise-free modeled time -> the time it takes on this launch at this point of its work."""
-        out = ms * self.factor()
+    def __call__(self, ms: float, eager: bool = False) -> float:
+        """A step's noise-free modeled time -> the time it takes on this launch at this point of its work (`eager`:
+        a decode step run without a CUDA graph)."""
+        out = ms * self.factor(eager)
         self.busy_ms += ms
         return out

@@ -112,7 +112,8 @@ class Scheduler:
     def next_step(self) -> Step | None:
         step = self._next()
         if step is not None and step.ms > 0:
-            step.ms = self.speed(step.ms)          # this launch's speed at this point of its work (sim/noise.py)
+            # this launch's speed at this point of its work (sim/noise.py); eager decode steps move with the CPU
+            step.ms = self.speed(step.ms, step.kind == "decode" and not step.graph)
         return step
 
     def _next(self) -> Step | None:

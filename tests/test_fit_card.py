@@ -120,3 +120,23 @@ def test_the_real_relaunch_reads_as_a_launch_shift_for_the_real_client() -> None
     # shift is the launch's and what is left per level is an order of magnitude smaller
     assert got is not None and got["configs"] >= 1
     assert got["launch"] > 5 * got["level"]
+
+
+def test_twins_that_differ_only_in_passenger_knobs_read_as_relaunches_and_split_eager_from_graphed() -> None:
+    from bench.fit_card import eager, noise
+    land = landscape.load(REAL / "landscape.json")
+    passengers = ("chunked-prefill-size", "kv-cache-dtype")       # measured to act on nothing in this table
+    alone, twins = noise(land, "bench_serving"), noise(land, "bench_serving", passengers)
+    assert alone is not None and twins is not None and twins["configs"] > alone["configs"]
+    graphed = noise(land, "bench_serving", passengers, lambda f: not eager(f))
+    eagerly = noise(land, "bench_serving", passengers, eager)
+    # graphed: c02's relaunch and the pairs c01/c10, c02/c05, c04/c07, c08/c11 (0-5% apart); eager: c00/c03 and
+    # c06/c09 (up to 48% apart): the card's launch and launch_eager (sim/cards/llama31-8b-h100.yaml)
+    assert graphed is not None and eagerly is not None
+    assert graphed["configs"] == 4 and eagerly["configs"] == 2
+    assert graphed["launch"] < 0.03 and eagerly["launch"] > 4 * graphed["launch"]
+    card = load_card("llama31-8b-h100").noise
+    assert card.launch == pytest.approx(graphed["launch"], abs=0.002)
+    assert card.launch_eager == pytest.approx(eagerly["launch"], abs=0.002)
+    # a knob that acts is no passenger: without the twins no eager config was launched twice
+    assert noise(land, "bench_serving", (), eager) is None

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tests.search.conftest import make_profile
@@ -138,3 +139,34 @@ def test_a_crash_on_rerun_demotes_the_config() -> None:
     win = fin.winner(verdicts)
     assert win is not None and win.params == {"x": 2}
     assert any(v.params == {"x": 1} and v.reason.startswith("demoted") for v in verdicts)
+
+
+def test_a_config_whose_launches_scatter_more_than_the_study_gets_a_wider_interval() -> None:
+    # config 1's launches agree within 1% (the study's spread); config 2's move 25% (an eager config on a real
+    # GPU): its interval carries its own scatter, config 1's stays as narrow as the pooled spread allows
+    study = _study({1: [2000, 2010, 1990, 2005], 3: [1800, 1810, 1795, 1805], 4: [1500, 1490, 1510, 1505],
+                    2: [1000, 1250, 800]}, base=500)
+    st = fin.standings(study.get_trials(), prior=0.05)
+    calm, wild = (next(e for e in st.entries if e.params == {"x": k}) for k in (1, 2))
+    pooled_only = race.t95(st.noise_df + race.PRIOR_DF) * st.noise / 3 ** 0.5
+    assert wild.interval.half_rel > 1.4 * pooled_only
+    assert calm.interval.half_rel == pytest.approx(race.t95(st.noise_df + race.PRIOR_DF) * st.noise / 2)
+
+
+def test_after_the_race_the_baseline_is_relaunched_and_the_gain_rests_on_its_launches(tmp_path: Path) -> None:
+    # the baseline (64) read 1,600 on its one search launch and 1,000 on every fresh one: claimed on its first
+    # reading alone, the winner's gain would be 1.56x; on three launches it is about 2x, with an interval that
+    # holds the truth. Its reruns are not the race's: the race's budget is untouched by them.
+    loop, engine = _race({64: [1600] + [1000] * 9, 128: [2500] * 10, 256: [1500] * 10}, tmp_path)
+    base_runs = [c for c in engine.calls if c[0] == "finalist" and c[1] == 64]
+    assert len(base_runs) == 2
+    trials = loop.trials()
+    assert sum(bool(t.user_attrs.get(fin.GAIN_BASE)) for t in trials) == 2
+    assert loop.stats.race["spent"] == fin.spent(trials) == len(
+        [c for c in engine.calls if c[0] == "finalist"]) - 2
+    win = fin.winner(loop.stats.verdicts)
+    assert win is not None and win.params == {"max-running-requests": 128}
+    base = fin.baseline_interval(trials, 0.05)
+    assert base is not None and base.n == 3 and base.value == pytest.approx(1200)
+    g = fin.gain_over(win.interval, base)
+    assert g is not None and g["low"] <= 2500 / 1000 <= g["high"]

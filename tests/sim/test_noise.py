@@ -2,6 +2,7 @@
 the same seed, none at `noise=0` (the card's true value), and drawn per launch and per stretch of work."""
 from __future__ import annotations
 
+import math
 import statistics
 
 from tunectl.sim.card import Noise
@@ -40,3 +41,30 @@ def test_the_speed_drifts_with_the_work_done_not_with_time() -> None:
     again = Speed(Noise(launch=0.05, level=0.03, period_s=1.0), seed="x")
     assert [again(100.0) / 100.0 for _ in range(20)] == first + later
     assert Speed(Noise(launch=0.05, level=0.03, period_s=1.0), seed="y").launch != speed.launch
+
+
+def test_eager_steps_move_with_their_own_launch_spread_in_step_with_the_graphed_ones() -> None:
+    """A card with `launch_eager` (the real H100: eager launches 15-48% apart where graphed ones moved 0-5%): an
+    eager decode step takes the launch's factor at that sd, the same draw's sign; a card without it plays one
+    factor for both (the cards' draws unchanged)."""
+    both = Noise(launch=0.02, launch_eager=0.12, level=0.0)
+    graphed, eager = [], []
+    for seed in range(200):
+        s = Speed(both, seed)
+        graphed.append(s(10.0) / 10.0)
+        eager.append(s(10.0, eager=True) / 10.0)
+        assert (graphed[-1] - 1.0) * (eager[-1] - 1.0) >= 0          # a slow launch is slow in both modes
+        plain = Speed(Noise(launch=0.02, level=0.0), seed)
+        assert plain(10.0) == plain(10.0, eager=True) == s.launch * 10.0
+    sd = lambda xs: statistics.pstdev(math.log(x) for x in xs)      # noqa: E731
+    assert 0.015 < sd(graphed) < 0.025 and 0.10 < sd(eager) < 0.14
+
+
+def test_on_the_fitted_h100_card_eager_configs_spread_wider_between_launches_than_graphed_ones() -> None:
+    def peaks(cfg: dict) -> list[float]:
+        return [virtual_ladder("llama31-8b-h100", cfg, seed=s, levels=[16, 64], min_prompts=2).best
+                for s in range(12)]
+    graphed = peaks({"cuda-graph-backend-decode": "full", "cuda-graph-max-bs-decode": 256})
+    eager = peaks({"cuda-graph-backend-decode": "disabled"})
+    rel = lambda xs: statistics.stdev(xs) / statistics.fmean(xs)      # noqa: E731
+    assert rel(eager) > 3 * rel(graphed)

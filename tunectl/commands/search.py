@@ -63,6 +63,8 @@ class Progress:
                                style="yellow"))
         elif kind == "parallel_capped":
             console.print(parallel_line(data), highlight=False, markup=False)
+        elif kind == "finalists" and data.get("baseline"):
+            self.note = f"the baseline (trial {data['picks'][0]}) on {data['reruns']} fresh launch(es) for the gain"
         elif kind == "finalists":
             self.note = (f"racing finalists {data['picks']} ({data['reruns']} rerun(s) this round, leader "
                          f"{data.get('leader')})")
