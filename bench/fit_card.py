@@ -22,8 +22,8 @@ into the launch's shift (its mean over the levels: `noise.launch`) and what is l
 pooled over the configs as standard deviations, for all configs and apart for the graphed and the eager ones
 (graphs off: eager decoding is CPU-bound and moves between launches more). Printed always; `--noise` writes them
 into the fitted card (`noise.launch` and `noise.level` from the graphed configs, `noise.launch_eager` from the eager
-ones where both were relaunched; the eager configs' larger drift within a launch is not played). `--passengers`: knobs the table shows act on nothing; configs that differ only in them are twins,
-read as launches of one config.
+ones where both were relaunched; the eager configs' larger drift within a launch is not played). `--passengers`:
+knobs the table shows act on nothing; configs that differ only in them are twins, read as launches of one config.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from tunectl.wiring import landscape  # noqa: E402
 from tunectl.profile import Profile  # noqa: E402
 from tunectl.wiring.replay import replay_profile  # noqa: E402
 from tunectl.sim.card import Card, load_card  # noqa: E402
+from tunectl.sim.setup import normalize  # noqa: E402
 from tunectl.wiring.virtual import VirtualEvaluator  # noqa: E402
 
 FIT = ("decode.base_ms", "decode.per_req_ms", "decode.per_kv_ktoken_ms", "decode.launch_ms",
@@ -163,8 +164,8 @@ def main_effects(fit: Fit, card: Card) -> list[tuple[str, str, int, float, float
 
 
 def eager(flags: dict[str, Any]) -> bool:
-    """A config whose decode steps run without CUDA graphs (0.5.17's backend `disabled`, older `disable-cuda-graph`)."""
-    return flags.get("cuda-graph-backend-decode") == "disabled" or str(flags.get("disable-cuda-graph")).lower() == "true"
+    """A config whose decode steps run without CUDA graphs, as the stand-in reads its flags (either version's)."""
+    return bool(normalize(flags)["disable_cuda_graph"])
 
 
 def noise(land: dict[str, Any], client: str, passengers: tuple[str, ...] = (),

@@ -17,8 +17,9 @@ virtual trial held for its modelled duration x PACE), its rows named `tpe xN` be
 a repair step and the crash or log hint it answered) and what came of them (gain, served, crashed, pruned).
     python bench/search_efficiency.py --warm-start 0.5.17 [--profiles profiles/sim-glm5.yaml] [--seeds 10]
         [--old-trials 40] [--trials 40]      # warm vs cold start after an upgrade (bench/warm_start.py)
-    python bench/search_efficiency.py --truth [--seeds 30] [--budget-reruns N] [--noise-launch SD]   # noise on: the winner's true
-        value vs the card's best, the winner's curse (bench/winner_truth.py, docs/search.md)
+    python bench/search_efficiency.py --truth [--seeds 30] [--budget-reruns N] [--noise-launch SD]
+        # noise on: the winner's true value vs the card's best, the winner's curse (bench/winner_truth.py,
+        # docs/search.md); --noise-launch: every card plays that launch spread
     python bench/search_efficiency.py --landscape FILE [--seeds 30]   # on a measured landscape, replayed
         (bench/landscape_judge.py, docs/landscapes.md)
 """

@@ -66,11 +66,16 @@ def _config_env(launch: dict[str, Any]) -> dict[str, str]:
 
 def _objective(data: Any, t: Any) -> str:
     """The study's objective for this config: the winner's one number (confirmed over its launches) for the winner's
-    config, else this trial's own reading of it."""
+    config; for another config the race relaunched (a tied finalist, the baseline) the mean of its launches as the
+    race table prints it; else this trial's own reading of it."""
     number, best = winner_number(data), best_trial(data)
     if number is not None and best is not None and t.params == best.params:
         runs = f"mean of {number['n']} launches" if number["n"] > 1 else "1 launch"
         return f"{number['value']:,.1f} {number['unit']} ({runs})"
+    raced = next((v for v in (data.best or {}).get("finalists") or []
+                  if v.get("params") == t.params and (v.get("launches") or 1) > 1), None)
+    if raced is not None:
+        return f"{raced['score']:,.1f} {unit(study_profile(data))} (mean of {raced['launches']} launches)"
     return f"{objective(t, study_profile(data)).value:,.1f} {unit(study_profile(data))} (1 launch)"
 
 

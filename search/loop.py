@@ -316,38 +316,36 @@ class SearchLoop:
         return busy
 
     def _baseline_round(self, reruns: int, prior: float) -> bool:
-        """Queue the baseline's missing reruns (the gain's own launches: `fin.baseline_reruns`) under the lock."""
-        lock = self.hooks.lock("finalists") if self.hooks.lock else None
-        if lock:
-            lock.acquire(blocking=True)
-        try:
-            trials = self.trials()
-            picks = fin.baseline_reruns(fin.standings(trials, prior, self._pool()), trials, reruns)
-            fin.enqueue(self.study, picks, **{fin.GAIN_BASE: True})
-        finally:
-            if lock:
-                lock.release()
+        """Queue the baseline's missing reruns (the gain's own launches: `fin.baseline_reruns`)."""
+        picks, _ = self._queue(lambda st, trials: fin.baseline_reruns(st, trials, reruns), prior,
+                               {fin.GAIN_BASE: True})
         if picks:
             self.emit("finalists", picks=[picks[0].trial], reruns=len(picks), leader=None, baseline=True)
         return bool(picks)
 
     def _race_round(self, reruns: int, budget: int, prior: float) -> bool:
-        """Queue the next round's reruns under the study-wide lock (workers share the race and its budget)."""
+        """Queue the next round's reruns (workers share the race and its budget)."""
+        picks, st = self._queue(lambda st, trials: race.next_round(st, reruns, budget - fin.spent(trials)), prior)
+        if picks:
+            self.emit("finalists", picks=sorted({e.trial for e in picks}), reruns=len(picks),
+                      leader=st.leader.trial if st.leader else None)
+        return bool(picks)
+
+    def _queue(self, pick: Callable[[race.Standings, list[FrozenTrial]], list[race.Entry]], prior: float,
+               attrs: dict[str, Any] | None = None) -> tuple[list[race.Entry], race.Standings]:
+        """Under the study-wide finalists lock: the standings now, the reruns `pick` chooses from them, queued."""
         lock = self.hooks.lock("finalists") if self.hooks.lock else None
         if lock:
             lock.acquire(blocking=True)
         try:
             trials = self.trials()
             st = fin.standings(trials, prior, self._pool())
-            picks = race.next_round(st, reruns, budget - fin.spent(trials))
-            fin.enqueue(self.study, picks)
+            picks = pick(st, trials)
+            fin.enqueue(self.study, picks, **(attrs or {}))
         finally:
             if lock:
                 lock.release()
-        if picks:
-            self.emit("finalists", picks=sorted({e.trial for e in picks}), reruns=len(picks),
-                      leader=st.leader.trial if st.leader else None)
-        return bool(picks)
+        return picks, st
 
 
 def tell_verdict(study: optuna.Study, trial: optuna.trial.Trial, v: Verdict) -> bool:

@@ -60,3 +60,16 @@ def test_every_view_prints_the_winners_confirmed_value(searched: tuple[Path, str
 def test_the_closing_lines_name_the_race(searched: tuple[Path, str]) -> None:
     _, closing = searched
     assert "race:" in closing and "reruns" in closing
+
+
+def test_the_baseline_has_one_number_too(searched: tuple[Path, str]) -> None:
+    """The baseline is relaunched after the race: the gain's denominator, the race table and `diff` all give the mean
+    of its launches, not its first reading."""
+    root, closing = searched
+    best = StudyStore("sim-glm5", root).read_best()
+    base = next(v for v in best["finalists"] if v["trial"] == 0)
+    assert base["launches"] >= 2
+    mean = f"{base['score']:,.1f}"
+    assert f"the baseline ({mean})" in closing
+    assert f"{mean} output tok/s (mean of {base['launches']} launches)" in tunectl(root, "diff", "sim-glm5",
+                                                                                   "sim-glm5:0")
