@@ -3,7 +3,8 @@
 # root on the GPU machine after bench/gpu/landscape.sh stage; run it detached.
 # Usage: bench/gpu/e2e.sh OUT [PROFILE] [STUDY]     env: TRIALS (12), DEADLINE (epoch s: no launch starts after
 #        DEADLINE - LAUNCH_S), LAUNCH_S (150), KEEP (a folder of an earlier lease's results/, copied in first)
-#   1. `tunectl search` (the same command resumes: the study's results from KEEP continue where they stopped);
+#   1. `tunectl search` (the same command resumes: the study's results from KEEP continue where they stopped;
+#      with DEADLINE it is stopped by SIGTERM at DEADLINE, as Ctrl-C stops it);
 #   2. once it has a winner: the winner and SGLang's default (the profile's base flags, the space's defaults) on
 #      3 fresh launches each, interleaved W D D W W D so that a drift of the machine hits both, each level
 #      measured by the real sglang.bench_serving with 8 x c requests (bench/gpu/e2e_gain.py pools them).
@@ -16,11 +17,14 @@ export PYTHONPATH=/tmp/tunectl-site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COL
 tl() { python3 -c "from tunectl.cli import app; app()" "$@"; }
 step() { echo "$(date +%s) $(date -u +%T) $*" | tee -a "$out/steps.log"; }
 late() { [ -n "${DEADLINE:-}" ] && [ $(( $(date +%s) + ${LAUNCH_S:-150} )) -gt "$DEADLINE" ]; }
-nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
+. "$(dirname "$0")/machine.sh"; machine_facts "$out"; machine_trace "$out"
 step "e2e $study on $prof, gpu $(cat "$out/gpu.txt")"
 
 step "search start"
-tl search -p "$prof" --study "$study" --trials "${TRIALS:-12}" --results "$out/results" --json \
+# A lease ends at DEADLINE: the search gets SIGTERM before it (handled as Ctrl-C: the trial's server torn down, its
+# files saved), and the same command resumes in the next lease.
+lim=(); [ -n "${DEADLINE:-}" ] && lim=(timeout -s TERM -k 60 $(( DEADLINE - $(date +%s) )))
+"${lim[@]}" python3 -c "from tunectl.cli import app; app()" search -p "$prof" --study "$study" --trials "${TRIALS:-12}" --results "$out/results" --json \
   > "$out/search.json" 2> "$out/search.err"
 rc=$?; step "search end exit $rc"
 if [ $rc -ne 0 ]; then touch "$out/DONE"; exit 0; fi

@@ -86,7 +86,7 @@ run() {
   ids=$(field "$design" configs); done_dir=$(dirname "$design")/results
   [ -z "${ONLY:-}" ] || ids=$ONLY
   step() { echo "$(date +%s) $(date -u +%T) $*" | tee -a "$out/steps.log"; }
-  nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
+  . "$here/bench/gpu/machine.sh"; machine_facts "$out"; machine_trace "$out"
   step "design $design: $name, profile $prof, levels $levels, gpu $(cat "$out/gpu.txt")"
   local jobs=() r id
   for id in $ids; do jobs+=("$id:$name-$id"); [ "$id" = "${PRESSURE_AFTER:-}" ] && jobs+=("kvpressure:"); done

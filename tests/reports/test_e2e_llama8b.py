@@ -1,0 +1,89 @@
+"""The end-to-end real search docs/real-gpu/e2e/llama8b-h100/ (docs/real-gpu.md, "The end-to-end real search"): the
+study tunectl wrote on the GPU is read back by tunectl as any study is, its first lease's 12 trials measured at every
+level of the profile, the trial the deadline stopped recorded as interrupted where a resume finds it, and the machine
+finding the page states: the landscape's c02, measured again here, agrees below the power limit and not at it."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tunectl.cli import app
+from tunectl.models import TrialResult
+from tunectl.profile import load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+E2E = ROOT / "docs" / "real-gpu" / "e2e" / "llama8b-h100"
+STUDY = E2E / "results" / "e2e-llama8b"
+LAND = ROOT / "docs" / "real-gpu" / "landscapes" / "llama8b-h100"
+PROFILE = load_profile(ROOT / "profiles" / "real-llama8b-h100.yaml")
+
+
+def trials() -> dict[int, TrialResult]:
+    return {int(d.name): TrialResult.from_dict(json.loads((d / "trial.json").read_text()))
+            for d in (STUDY / "trials").iterdir()}
+
+
+def steady(t: TrialResult) -> dict[int, float]:
+    return {lv.concurrency: lv.metrics["steady_output_throughput"] for lv in t.levels}
+
+
+def test_the_first_lease_ran_twelve_trials_at_every_level_of_the_profile():
+    ts = trials()
+    searched = [t for t in ts.values() if t.role in ("baseline", "search")]
+    assert len(searched) == 12 and {t.trial for t in searched} == set(range(12))
+    assert [t.trial for t in searched if t.role == "baseline"] == [0]
+    for t in searched + [t for t in ts.values() if t.role == "finalist" and t.status == "ok"]:
+        assert t.status == "ok" and t.crash is None
+        assert [lv.concurrency for lv in t.levels] == PROFILE.bench.levels
+        w = PROFILE.bench.workloads[0]
+        for lv in t.levels:       # at least the workload's 4 x c requests (the steady window may want more), none failed
+            assert lv.completed >= max(w.prompts_per_level * lv.concurrency, w.min_prompts)
+            assert lv.failed_requests == 0
+    # every proposal is a config of the profile's space
+    space = PROFILE.search.space
+    for t in searched:
+        for k, v in t.params.items():
+            spec = space[k]
+            assert v in spec.choices if spec.choices else spec.low <= v <= spec.high
+
+
+def test_the_trial_the_deadline_stopped_is_interrupted_and_named_for_the_resume():
+    ts = trials()
+    last = max(ts)
+    assert ts[last].status == "interrupted" and ts[last].levels == []
+    assert "SIGTERM" in (E2E / "lease-1" / "search.err").read_text()
+    assert "exit 124" in (E2E / "lease-1" / "steps.log").read_text()      # timeout's, at DEADLINE
+    [host] = (STUDY / "hosts").iterdir()
+    assert int(host.read_text()) == last
+    assert not (STUDY / "locks").exists()                                 # no lease's lock travels
+
+
+def test_best_reads_the_study_and_crowns_a_config_the_race_relaunched(tmp_path: Path):
+    shutil.copytree(STUDY.parent, tmp_path / "results")
+    res = CliRunner().invoke(app, ["best", "--study", "e2e-llama8b", "--results", str(tmp_path / "results")],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    n = int(re.search(r"trial (\d+), ", res.output).group(1))
+    ts = trials()
+    runs = [t for t in ts.values() if t.status == "ok" and t.params == ts[n].params]
+    assert len(runs) >= 3 and "mean of 3 runs" in res.output
+    assert "--cuda-graph-max-bs-decode 256" in res.output
+
+
+def test_c02_on_this_machine_agrees_below_the_power_limit_and_not_at_256_streams():
+    land = json.loads((LAND / "landscape.json").read_text())
+    [c02] = [c for c in land["configs"] if c["id"] == "c02"]
+    here = [t for t in trials().values() if t.status == "ok" and t.params == c02["set"]]
+    assert len(here) >= 3
+    before = [{int(c): v["value"] for c, v in ln["levels"]["builtin"].items()} for ln in c02["launches"]]
+    now = [steady(t) for t in here]
+    for c in (16, 64):
+        lo, hi = min(r[c] for r in before + now), max(r[c] for r in before + now)
+        assert hi / lo < 1.03, c
+    assert min(r[256] for r in now) / max(r[256] for r in before) > 1.15
+    # within this lease the relaunches agree within 5%
+    assert max(r[256] for r in now) / min(r[256] for r in now) < 1.05
