@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tunectl import redact
+from tunectl import knobs, redact
 from tunectl.errors import TunectlError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.objective import score
@@ -180,22 +180,25 @@ def winner_number(data: StudyData) -> dict[str, Any] | None:
     for every worker of a study), with their spread, count and 95% interval, and the gain over the baseline;
     without a race record, the mean over every finished-ok run of its config on disk. Extend here, not beside."""
     prof, info = study_profile(data), best_info(data)
+    base = baseline_trial(data.trials)
+    drawn = knobs.drawn(prof, base.params) if prof is not None and base is not None else []
     if info.get("confirmed_value") is not None and info.get("run_values"):   # even where its trial ran elsewhere
-        base = baseline_trial(data.trials)
-        return _recorded_number(int(info["trial"]), info, unit(prof), base.trial if base is not None else None)
+        out = _recorded_number(int(info["trial"]), info, unit(prof), base.trial if base is not None else None)
+        return {**out, "baseline_drawn": drawn} if drawn and out.get("gain") else out
     best = best_trial(data)
     if best is None:
         return None
     runs = sorted((t for t in data.trials if t.params == best.params and t.status == "ok"), key=lambda t: t.trial)
     values = [objective(t, prof).value for t in runs] or [objective(best, prof).value]
     value = statistics.fmean(values)
-    base = baseline_trial(data.trials)
     base_value = objective(base, prof).value if base is not None and base.status == "ok" else None
     out = {"trial": best.trial, "value": value, "runs": [t.trial for t in runs] or [best.trial],
            "values": values, "n": len(values), "min": min(values), "max": max(values), "unit": unit(prof),
            "baseline": base_value, "baseline_trial": base.trial if base is not None else None,
            "gain": value / base_value if base_value else None}
     out.update(_intervals(runs or [best], base if base_value else None, info.get("ties") or [], prof))
+    if drawn and out["gain"]:
+        out["baseline_drawn"] = drawn
     return out
 
 
@@ -250,7 +253,9 @@ def headline(number: dict[str, Any]) -> str:
         text += f" (1 run; 95% interval {ci[0]:,.1f}-{ci[1]:,.1f})" if ci and ci[0] != ci[1] else " (1 run)"
     if number.get("gain"):
         g = number.get("gain_ci95")
-        text += f", {number['gain']:.2f}x the baseline ({number['baseline']:,.1f})"
+        drawn = number.get("baseline_drawn") or []
+        text += f", {number['gain']:.2f}x the baseline ({number['baseline']:,.1f}"
+        text += f"; its {', '.join(drawn)} drawn by the sampler: no default in the profile)" if drawn else ")"
         if g:
             text += f"; gain {number['gain']:.2f}x ({g[0]:.2f}-{g[1]:.2f})"
         if number.get("gain_verdict") == "tie":

@@ -77,34 +77,6 @@ def _suggest_one(trial: optuna.trial.BaseTrial, name: str, dist: BaseDistributio
     return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
 
 
-def _base_value(name: str, spec: ParamSpec, prof: Profile) -> Any:
-    if spec.default is not None:
-        return spec.default
-    t = knobs.target(name, spec)
-    if t.kind == "patch":
-        return t.name in prof.server.patches
-    if t.kind == "env":
-        raw = prof.server.env.get(t.name)
-        return None if raw is None else _coerce(spec, raw)
-    flags = {k.lstrip("-"): v for k, v in prof.server.flags.items()}
-    for key in (t.name, t.name.replace("-", "_"), t.name.replace("_", "-")):
-        if key in flags:
-            return _coerce(spec, flags[key])
-    return False if spec.type == "bool" else None
-
-
-def _coerce(spec: ParamSpec, raw: Any) -> Any:
-    if spec.type == "bool" and isinstance(raw, str):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
-    if spec.choices is not None:       # an env value is text: the choice it spells
-        return next((c for c in spec.choices if str(c) == str(raw)), raw)
-    if spec.type == "int":
-        return int(raw)
-    if spec.type == "float":
-        return float(raw)
-    return raw
-
-
 def baseline_params(prof: Profile) -> dict[str, Any]:
     """Trial 0: the profile's base values (ParamSpec.default, else the base flag/patch/env). Knobs whose base
     value is unknown are left out and sampled."""
@@ -113,16 +85,23 @@ def baseline_params(prof: Profile) -> dict[str, Any]:
         spec = prof.search.space[name]
         if not is_active(spec, params):
             continue
-        value = _base_value(name, spec, prof)
+        value = knobs.base_value(name, spec, prof)
         if value is not None:
             params[name] = value
     return params
 
 
+def drawn_in_baseline(prof: Profile) -> list[str]:
+    """The knobs active in the baseline before any draw that have no base value: the sampler draws them for trial
+    0 (`knobs.drawn` names them in a finished baseline's params)."""
+    space, params = prof.search.space, baseline_params(prof)
+    return [n for n in knob_order(space) if is_active(space[n], params) and n not in params]
+
+
 def base_values(prof: Profile) -> dict[str, Any]:
     """Every knob's base value (ParamSpec.default, else the base flag/patch/env), active in the baseline or not:
     what a knob takes when a move makes it active (graphs switched on, a runner FlashInfer autotunes)."""
-    values = {name: _base_value(name, spec, prof) for name, spec in prof.search.space.items()}
+    values = {name: knobs.base_value(name, spec, prof) for name, spec in prof.search.space.items()}
     return {**{k: v for k, v in values.items() if v is not None}, **baseline_params(prof)}
 
 

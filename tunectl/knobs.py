@@ -8,6 +8,8 @@ bundled patch), used by the live launch plan, the virtual trial, the search spac
 - `merge(prof, params)`: the base (server.flags, server.env, server.patches) with the trial's part on top: a bool
   patch knob set to false removes the patch even when the base names it.
 - `env_value(value)`: how a value is written to the environment (bools as `true`/`false`, SGLang's spelling).
+- `base_value(name, spec, prof)`: a knob's value where the profile leaves it (the baseline's); `drawn(prof, params)`:
+  the baseline's knobs that have none, which the sampler draws.
 """
 from __future__ import annotations
 
@@ -80,3 +82,41 @@ def merge(prof: Profile, params: dict[str, Any]) -> tuple[dict[str, Any], dict[s
     flags = {k.lstrip("-"): v for k, v in prof.server.flags.items()} | part.flags
     env = {k: str(v) for k, v in prof.server.env.items()} | part.env
     return flags, env, patches(prof, part)
+
+
+def base_value(name: str, spec: ParamSpec, prof: Profile) -> Any:
+    """A knob's value where the profile leaves it: its `default`, else the base flag, patch or env; None when
+    unknown (a bool flag absent: False)."""
+    if spec.default is not None:
+        return spec.default
+    t = target(name, spec)
+    if t.kind == "patch":
+        return t.name in prof.server.patches
+    if t.kind == "env":
+        raw = prof.server.env.get(t.name)
+        return None if raw is None else coerce(spec, raw)
+    flags = {k.lstrip("-"): v for k, v in prof.server.flags.items()}
+    for key in (t.name, t.name.replace("-", "_"), t.name.replace("_", "-")):
+        if key in flags:
+            return coerce(spec, flags[key])
+    return False if spec.type == "bool" else None
+
+
+def coerce(spec: ParamSpec, raw: Any) -> Any:
+    if spec.type == "bool" and isinstance(raw, str):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if spec.choices is not None:       # an env value is text: the choice it spells
+        return next((c for c in spec.choices if str(c) == str(raw)), raw)
+    if spec.type == "int":
+        return int(raw)
+    if spec.type == "float":
+        return float(raw)
+    return raw
+
+
+def drawn(prof: Profile, params: dict[str, Any]) -> list[str]:
+    """The knobs of a baseline's `params` that have no base value (`base_value` None): the sampler drew them for
+    trial 0, so the baseline is not the server's own default for them and a gain over it is a gain over that
+    draw. Empty when the profile gives every knob a base value."""
+    space = prof.search.space
+    return [n for n in params if n in space and base_value(n, space[n], prof) is None]

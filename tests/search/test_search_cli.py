@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -119,3 +120,33 @@ def test_a_virtual_study_is_visible_to_best_trials_and_report(tmp_path: Path) ->
     assert trials.returncode == 0 and "virt: " in trials.stdout and "baseline" in trials.stdout
     report = tunectl("report")
     assert report.returncode == 0 and (tmp_path / "virt" / "report.html").is_file(), report.stderr
+
+
+def test_a_knob_with_no_base_value_is_named_as_drawn_before_and_after_the_search(tmp_path: Path) -> None:
+    """A profile that leaves a knob's base value to SGLang: trial 0 draws it, so `search` says so before it starts
+    and `best` names it beside the gain; with every knob's base value given (the shipped profile) neither does."""
+    from typer.testing import CliRunner
+
+    from tunectl.cli import app
+
+    data = yaml.safe_load((ROOT / "profiles" / "sim-glm5.yaml").read_text())
+    del data["search"]["space"]["chunked-prefill-size"]["default"]
+    assert "chunked-prefill-size" not in data["server"]["flags"]
+    prof = tmp_path / "drawn.yaml"
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def run(*args: str) -> str:
+        res = CliRunner().invoke(app, [*args, "--results", str(tmp_path / "results")], env={"COLUMNS": "250"})
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    searched = run("search", "--virtual", "--trials", "3", "--profile", str(prof), "--study", "drawn")
+    assert "search.space: chunked-prefill-size: no `default:`" in " ".join(searched.split())
+    base = StudyStore("drawn", tmp_path / "results").read_trial(0)
+    assert base.role == "baseline" and base.params["chunked-prefill-size"] in (4096, 8192, 16384)
+    best = " ".join(run("best", "--study", "drawn").split())
+    assert re.search(r"x the baseline \([\d,.]+; its chunked-prefill-size drawn by the sampler", best), best
+
+    shipped = run("search", "--virtual", "--trials", "3", "--study", "given")
+    assert "no `default:`" not in shipped
+    assert "drawn by the sampler" not in run("best", "--study", "given")

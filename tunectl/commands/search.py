@@ -232,6 +232,19 @@ def show(out: dict[str, Any], root: Path) -> None:
         raise typer.Exit(1)
 
 
+def _note_drawn_baseline(prof: Any) -> None:
+    """Knobs with no base value are drawn for the baseline: say so before the study, as `best` does after it."""
+    from tunectl.search.space import drawn_in_baseline
+
+    drawn = drawn_in_baseline(prof)
+    if drawn:
+        console.print(Text(
+            f"baseline: {prof.source or prof.name}: search.space: {', '.join(drawn)}: no `default:` and no base flag: "
+            f"the sampler draws {'it' if len(drawn) == 1 else 'them'} for trial 0, so the gain is over that draw, not "
+            "over SGLang's own choice; give each knob `default:` (SGLang's value), or measure SGLang's default with "
+            "`tunectl sweep` (no --set)", style="yellow"))
+
+
 def _warn_unreadable(study: str | None, prof: Any, root: Path) -> None:
     """A resumed study's trial records that cannot be read are named, not skipped without a word."""
     from tunectl.commands.results import warn_unreadable
@@ -312,6 +325,7 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         if out.get("stopped"):
             raise typer.Exit(1)
         return
+    _note_drawn_baseline(prof)
     view = Progress(trials or prof.search.trials)
     with view.live:
         out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate,
