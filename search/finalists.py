@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from tunectl.search import race
-from tunectl.search.space import config_key
+from tunectl.search.space import UNSET_ATTR, config_key
 
 from tunectl.stats import Interval, compare, gain, spread
 
@@ -107,10 +107,12 @@ def standings(trials: list[FrozenTrial], prior: float, pool: Any = None) -> race
 def enqueue(study: optuna.Study, entries: list[race.Entry], **attrs: Any) -> int:
     """Queue one rerun per listed entry (a config listed twice gets two); returns how many were queued."""
     done: dict[int, int] = {}
+    unset = {t.number: t.user_attrs[UNSET_ATTR] for t in study.get_trials(deepcopy=False) if UNSET_ATTR in t.user_attrs}
     for e in entries:
         done[e.trial] = done.get(e.trial, e.n + e.pending - 1) + 1
+        keep = {UNSET_ATTR: unset[e.trial]} if e.trial in unset else {}    # the baseline's knobs left to the server
         study.enqueue_trial(dict(e.params), user_attrs={"role": "finalist", "finalist_of": e.trial,
-                                                         "rerun": done[e.trial], **attrs})
+                                                         "rerun": done[e.trial], **keep, **attrs})
     return len(entries)
 
 

@@ -22,7 +22,9 @@ from tunectl.search.feedback import Verdict, is_infra, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import VETO_RISK, random_params, snap
-from tunectl.search.space import baseline_params, config_key, suggest, try_first_params
+from tunectl.search.effective import effective
+from tunectl.search.space import (UNSET_ATTR, baseline_params, config_key, drawn_in_baseline, suggest,
+                                  try_first_params)
 from tunectl.search.steps import Steps, admission, counted, finished, ran
 from tunectl.search.study import (
     HOST_ATTR,
@@ -87,6 +89,11 @@ class SearchLoop:
     def trials(self) -> list[FrozenTrial]:
         return self.study.get_trials(deepcopy=False)
 
+    def history(self) -> list[FrozenTrial]:
+        """The trials as the proposers and vetoes read them: a baseline's knobs left to SGLang at the values it chose
+        (search/effective.py)."""
+        return effective(self.prof.search, self.trials())
+
     # ------------------------------------------------------------------------------------------ phases
 
     def ensure_baseline(self) -> None:
@@ -95,7 +102,9 @@ class SearchLoop:
             lock.acquire(blocking=True)
         try:
             if not any(fin.role(t) == "baseline" for t in self.trials()):
-                self.study.enqueue_trial(baseline_params(self.prof), user_attrs={"role": "baseline"})
+                unset = drawn_in_baseline(self.prof)            # knobs with no base value: the server's own
+                self.study.enqueue_trial(baseline_params(self.prof), user_attrs={
+                    "role": "baseline", **({UNSET_ATTR: unset} if unset else {})})
                 for params in try_first_params(self.prof):
                     self.study.enqueue_trial(params, user_attrs={"role": "search", "proposed_by": "profile"})
         finally:
@@ -118,7 +127,7 @@ class SearchLoop:
         """Queue the loop's own proposal (a repair or local step, search/steps.py), if it has one now."""
         if self.local_steps is False or self._waiting():
             return
-        step = self.steps.next(self.trials())
+        step = self.steps.next(self.history())
         if step is not None:
             self.study.enqueue_trial(step[0], user_attrs=step[1])
 
@@ -128,7 +137,7 @@ class SearchLoop:
         if not self.local_steps or queued(trial):
             return False
         params = suggest(trial, self.prof.search)
-        done = finished(self.trials())
+        done = finished(self.history())
         on_grid = snap(self.prof.search, params)
         if on_grid != params:
             return self._regrid(trial, on_grid, done)
@@ -145,7 +154,7 @@ class SearchLoop:
     def _regrid(self, trial: optuna.trial.Trial, params: dict[str, Any], done: list[FrozenTrial]) -> bool:
         """A sampler proposal off the grid: told FAIL unrun, and its grid version queued instead (unless it ran
         already or a veto drops it)."""
-        seen = ran(self.trials())
+        seen = ran(self.history())
         trial.set_user_attr("regridded", True)
         self.study.tell(trial, state=TrialState.FAIL)
         if config_key(params) not in seen and self.steps.veto(params, done)[0] < VETO_RISK:
@@ -159,7 +168,7 @@ class SearchLoop:
         """The sampler keeps proposing configs already run, or configs the vetoes drop: queue an unseen random
         one instead (with the loop's vetoes on, one they would not drop: a queued trial skips them); False when
         200 draws found none."""
-        trials = self.trials()
+        trials = self.history()
         seen, done = ran(trials), finished(trials)
         known = self.steps.seen(done) if self.local_steps else []
         for _ in range(200):

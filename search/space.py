@@ -1,7 +1,8 @@
 """The profile's search space as Optuna distributions: knobs, conditions (`when`), the baseline, the grid.
 
 A knob is sampled only while its `when` conditions hold (e.g. `cuda-graph-max-bs` only with graphs on), so the
-params of a trial are exactly the knobs that were in effect. Which flag, patch or env variable a knob drives is
+params of a trial are exactly the knobs that were in effect; the baseline leaves the knobs the profile gives no base
+value to the server (`UNSET_ATTR`). Which flag, patch or env variable a knob drives is
 the trial engine's business: this module deals in knob names and values only.
 """
 from __future__ import annotations
@@ -15,6 +16,10 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from tunectl import knobs
 from tunectl.profile import ParamSpec, Profile, SearchSpec
+
+
+# a queued trial's user attribute: knobs it leaves to the server (no flag passed), not drawn
+UNSET_ATTR = "unset"
 
 
 def distribution(spec: ParamSpec) -> BaseDistribution:
@@ -59,11 +64,13 @@ def is_active(spec: ParamSpec, params: dict[str, Any]) -> bool:
 
 
 def suggest(trial: optuna.trial.BaseTrial, search: SearchSpec) -> dict[str, Any]:
-    """Sample the active knobs of one trial (ask-and-tell)."""
+    """Sample the active knobs of one trial (ask-and-tell). The knobs a trial was queued with as `UNSET_ATTR` (the
+    baseline's knobs with no base value) are left out: their flags are not passed and the server picks its own."""
     params: dict[str, Any] = {}
+    unset = set(getattr(trial, "user_attrs", {}).get(UNSET_ATTR) or ())
     for name in knob_order(search.space):
         spec = search.space[name]
-        if is_active(spec, params):
+        if name not in unset and is_active(spec, params):
             params[name] = _suggest_one(trial, name, distribution(spec))
     return params
 
@@ -92,8 +99,9 @@ def baseline_params(prof: Profile) -> dict[str, Any]:
 
 
 def drawn_in_baseline(prof: Profile) -> list[str]:
-    """The knobs active in the baseline before any draw that have no base value: the sampler draws them for trial
-    0 (`knobs.drawn` names them in a finished baseline's params)."""
+    """The knobs active in the baseline that have no base value (no `default:`, no base flag, patch or env): the
+    baseline leaves them to the server (`UNSET_ATTR`: SGLang picks its own value for the model and GPU), so that
+    trial 0 is the server as the profile configures it, not a draw of the sampler's."""
     space, params = prof.search.space, baseline_params(prof)
     return [n for n in knob_order(space) if is_active(space[n], params) and n not in params]
 

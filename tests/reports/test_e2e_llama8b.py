@@ -72,6 +72,9 @@ def test_best_reads_the_study_and_crowns_a_config_the_race_relaunched(tmp_path: 
     runs = [t for t in ts.values() if t.status == "ok" and t.params == ts[n].params]
     assert len(runs) >= 3 and "mean of 3 runs" in res.output
     assert "--cuda-graph-max-bs-decode 256" in res.output
+    # this study's baseline drew the knobs the profile gives no default (it ran before they were left to SGLang)
+    assert "its cuda-graph-max-bs-decode, max-running-requests, chunked-prefill-size drawn by the sampler" in \
+        " ".join(res.output.split())
 
 
 def test_c02_on_this_machine_agrees_below_the_power_limit_and_not_at_256_streams():

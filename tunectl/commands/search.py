@@ -233,16 +233,15 @@ def show(out: dict[str, Any], root: Path) -> None:
 
 
 def _note_drawn_baseline(prof: Any) -> None:
-    """Knobs with no base value are drawn for the baseline: say so before the study, as `best` does after it."""
+    """Knobs with no base value are left to SGLang in the baseline: say so before the study."""
     from tunectl.search.space import drawn_in_baseline
 
     drawn = drawn_in_baseline(prof)
     if drawn:
         console.print(Text(
-            f"baseline: {prof.source or prof.name}: search.space: {', '.join(drawn)}: no `default:` and no base flag: "
-            f"the sampler draws {'it' if len(drawn) == 1 else 'them'} for trial 0, so the gain is over that draw, not "
-            "over SGLang's own choice; give each knob `default:` (SGLang's value), or measure SGLang's default with "
-            "`tunectl sweep` (no --set)", style="yellow"))
+            f"baseline: {', '.join(drawn)} (no `default:` in search.space, no base flag): left to SGLang, which picks "
+            "its own value for the model and GPU; the gain is over SGLang as the profile configures it",
+            style="dim"))
 
 
 def _warn_unreadable(study: str | None, prof: Any, root: Path) -> None:

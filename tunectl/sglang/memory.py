@@ -25,6 +25,10 @@ MEMORY_TARGETS = (MEM_FRACTION, GRAPH_MAX_BS, CHUNK, MAX_RUNNING)
 # the flags a config's `view` gives
 TARGETS = (*MEMORY_TARGETS, NO_GRAPHS, KV_DTYPE)
 
+# the log facts that tell the value SGLang chose for a flag a launch left out (its own default for the model and GPU):
+# `max_running_requests=` and `chunked_prefill_size=` on the pool line, the largest decode graph captured
+RESOLVED_BY = {MAX_RUNNING: "max_running_requests", CHUNK: "chunked_prefill_size", GRAPH_MAX_BS: "graph_bs_max"}
+
 Hint = tuple[list[tuple[str, Any]], dict[str, float]]     # (changes as (flag, value or LOWER/RAISE), bounds)
 
 _TRIED = re.compile(r"Tried to allocate ([\d.]+) (MiB|GiB)")
@@ -189,3 +193,8 @@ def log_hints(view: Mapping[str, Any], flags: Mapping[str, Any], facts: Mapping[
     if facts.get("decode_queue_pool_full"):
         out.append(([*kv_relief(view, fp8, facts), (MEM_FRACTION, RAISE)], {}))
     return out
+
+
+def resolved(facts: Mapping[str, float]) -> dict[str, int]:
+    """The flags of `RESOLVED_BY` whose value SGLang logged, as it chose it: {flag: value}."""
+    return {flag: int(facts[key]) for flag, key in RESOLVED_BY.items() if _number(facts.get(key)) and facts[key] > 0}
