@@ -129,6 +129,16 @@ def best_info(data: StudyData) -> dict[str, Any]:
     return inner if isinstance(inner, dict) else {}
 
 
+def unfinished(data: StudyData) -> str | None:
+    """Why a search study's best is not yet a winner: no best.json (the search stopped, by a deadline, Ctrl-C or a
+    lost host, or runs still), so its best is the best reading so far, not one the finalists' race confirmed.
+    None for a finished search and for other kinds of study."""
+    if data.study.get("kind") != "search" or best_info(data):
+        return None
+    return ("the search has not named a winner yet (stopped before its end, or still running): the best so far, "
+            "not a finished race's; the same `tunectl search` resumes it")
+
+
 def best_trial(data: StudyData) -> TrialResult | None:
     """The study's winner: best.json's trial when written, else the best stable trial that finished ok."""
     by_num = {t.trial: t for t in data.trials}

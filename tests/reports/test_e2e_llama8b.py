@@ -72,6 +72,8 @@ def test_best_reads_the_study_and_crowns_a_config_the_race_relaunched(tmp_path: 
     runs = [t for t in ts.values() if t.status == "ok" and t.params == ts[n].params]
     assert len(runs) >= 3 and "mean of 3 runs" in res.output
     assert "--cuda-graph-max-bs-decode 256" in res.output
+    # the lease's deadline stopped the race: best says this is the best so far, and how to finish it
+    assert "the search has not named a winner yet" in res.output and "`tunectl search` resumes it" in res.output
     # this study's baseline drew the knobs the profile gives no default (it ran before they were left to SGLang)
     assert "its cuda-graph-max-bs-decode, max-running-requests, chunked-prefill-size drawn by the sampler" in \
         " ".join(res.output.split())

@@ -163,7 +163,7 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
 def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = DEFAULT_ROOT) -> None:
     """The best stable config: its launch command (environment and patches included), SGLang --config YAML, or
     JSON; with its one number (mean of its runs, spread, gain over the baseline)."""
-    from tunectl.reports.data import headline, load_study, summary
+    from tunectl.reports.data import headline, load_study, summary, unfinished
 
     if format not in ("command", "yaml", "json"):
         raise UsageError(f"--format: {format!r}: must be one of command, yaml, json")
@@ -177,6 +177,8 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
             raise UsageError(f"{store.name}: trial {s['trial']} has no launch.json")
         cap = f"; SLA capacity {s['capacity']}" if s.get("capacity") else ""
         print(f"# {store.name}: trial {s['trial']}, {headline(s['confirmed'])}{cap}")
+        if unfinished(data):
+            print(f"# {unfinished(data)}")
         print(s["command"])
     elif format == "yaml":
         cfg = store.trial_dir(s["trial"]) / "config.yaml"
@@ -184,7 +186,8 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
         print(cfg.read_text() if cfg.is_file() else yaml.safe_dump(config, sort_keys=False), end="")
     else:
         launch = data.launches.get(s["trial"], {})
-        print(json.dumps({"study": store.name, **s, "config": launch.get("config")}, indent=2, default=str))
+        print(json.dumps({"study": store.name, **s, "finished": unfinished(data) is None, "config": launch.get("config")},
+                         indent=2, default=str))
 
 
 @app.command()
