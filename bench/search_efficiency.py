@@ -43,10 +43,12 @@ from optuna.trial import FrozenTrial, TrialState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script from anywhere in the checkout
 from tunectl.search import finalists as fin
+from tunectl.search.feedback import judge
 from tunectl.search.space import GRID_POINTS, grid_space, is_active, knob_order
 from tunectl.search.study import open_storage
 
 from tunectl.profile import Profile, load_profile
+from tunectl.reports.data import unit
 from tunectl.wiring.study import run_search
 from tunectl.wiring.virtual import VirtualEvaluator
 
@@ -81,7 +83,9 @@ def grid_configs(prof: Profile) -> list[dict[str, Any]]:
 
 
 def _scan_chunk(job: tuple[str, list[dict[str, Any]], int]) -> tuple[float, dict[str, Any], int]:
-    """Best config of a chunk that is stable on every seed (later seeds only for a new best), and its crashes."""
+    """Best config of a chunk that is stable on every seed (later seeds only for a new best), by the profile's
+    objective (an SLO-bound level, a weighted sum, a capacity: the value the search is told, infeasible configs
+    left out), and its crashes."""
     path, configs, seeds = job
     prof = load_profile(path)
     evals = [VirtualEvaluator(prof, s, noise=0.0) for s in range(seeds)]     # the card's true (noise-free) values
@@ -91,11 +95,13 @@ def _scan_chunk(job: tuple[str, list[dict[str, Any]], int]) -> tuple[float, dict
         low = None
         for ev in evals:
             r = ev(0, params, "search")
-            if r.status != "ok":
-                crashes += ev is evals[0]
+            verdict = judge(r, prof)            # the study's objective, as the search is told it: SLO limits kept
+            if r.status != "ok" or not verdict.feasible or not verdict.values:
+                crashes += ev is evals[0] and r.status != "ok"
                 low = None
                 break
-            low = r.best_output_throughput if low is None else min(low, r.best_output_throughput)
+            value = verdict.values[0]
+            low = value if low is None else min(low, value)
             if low <= best[0]:
                 break
         if low is not None and low > best[0]:
@@ -187,8 +193,8 @@ def print_budget(rows: dict[str, dict[str, Any]]) -> None:
             print(f"    {who:44} {n[0]:>4} / {n[1]:>4} / {n[2]:>4} / {n[3]:>4}")
 
 
-def print_card(name: str, target: float, rows: dict[str, dict[str, Any]], seeds: int) -> None:
-    print(f"\n{name}: best stable {target:,.0f} tok/s, 95% = {0.95 * target:,.0f}")
+def print_card(name: str, target: float, rows: dict[str, dict[str, Any]], seeds: int, what: str = "tok/s") -> None:
+    print(f"\n{name}: best stable {target:,.4g} {what}, 95% = {0.95 * target:,.4g}")
     head = (f"  {'sampler':8} {'median to 95%':>13} {'seeds reaching':>14} {'vs random':>9} {'crash waste':>11} "
             f"{'mean best':>9} {'repairs':>7} {'vetoed':>6} {'cpu':>5}  trials to 95% per seed")
     print(head + "\n  " + "-" * (len(head) - 2))
@@ -231,7 +237,7 @@ def targets(paths: list[str], args: argparse.Namespace, pool: Any) -> dict[str, 
         t0 = time.monotonic()
         value, where, crash, size = card_best(path, pool, args.jobs)
         print(f"{Path(path).name}: {size} grid configs, {crash:.0%} crash at startup or under load; best stable "
-              f"{value:,.0f} tok/s ({time.monotonic() - t0:.0f}s)\n  at {where}", flush=True)
+              f"{value:,.4g} {unit(prof)} ({time.monotonic() - t0:.0f}s)\n  at {where}", flush=True)
         out[path] = value
     return out
 
@@ -308,7 +314,7 @@ def main() -> None:
                                                              j[1] == s and j[6] == w], args.trials)
                 for s in args.samplers.split(",") for w in widths}
         results[load_profile(path).server.sim.card] = (goal[path], rows)
-        print_card(Path(path).name, goal[path], rows, args.seeds)
+        print_card(Path(path).name, goal[path], rows, args.seeds, unit(load_profile(path)))
         if args.budget:
             print_budget(rows)
     print_summary(results, args.trials, time.monotonic() - t0)

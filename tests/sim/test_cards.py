@@ -142,3 +142,26 @@ def test_documented_optimum_matches_the_model(name: str) -> None:
     runs = [VirtualEvaluator(prof, s, noise=0.0)(0, dict(best.flags), "search") for s in range(2)]
     assert all(r.status == "ok" for r in runs)
     assert min(r.best_output_throughput for r in runs) == pytest.approx(best.output_throughput, rel=0.01)
+
+
+def test_the_scan_finds_the_best_by_the_profiles_objective_slo_limits_kept(tmp_path: Path) -> None:
+    """`bench/search_efficiency.py --scan` sets the target the search is measured against: for a profile with an
+    SLO it is the best value the search can be told (the SLO-bound level), never a raw peak that breaks the SLO."""
+    from bench.search_efficiency import _scan_chunk, grid_configs
+    from tunectl.search.feedback import judge
+    from tunectl.wiring.virtual import VirtualEvaluator
+
+    data = yaml.safe_load((ROOT / "profiles" / "sim-glm5.yaml").read_text())
+    data["objective"] = {"metric": "output_throughput", "slo": {"p99_ttft_ms": 400}}
+    path = tmp_path / "slo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    prof = load_profile(path)
+    configs = grid_configs(prof)[::997][:12]
+    ev = VirtualEvaluator(prof, 0, noise=0.0)
+    runs = [ev(0, c, "search") for c in configs]
+    told = [judge(r, prof) for r in runs]
+    feasible = [v.values[0] for r, v in zip(runs, told) if r.status == "ok" and v.feasible]
+    raw = max(r.best_output_throughput for r in runs if r.status == "ok")
+    assert feasible and max(feasible) < 0.8 * raw                 # the SLO binds on this sample
+    value, where, _ = _scan_chunk((str(path), configs, 1))
+    assert value == pytest.approx(max(feasible)) and where in configs
