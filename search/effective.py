@@ -34,21 +34,27 @@ def nearest(spec: ParamSpec, value: float) -> Any:
     return int(round(v)) if spec.type == "int" else float(v)
 
 
+def chosen(search: SearchSpec, unset: list[str], server_facts: dict[str, float]) -> dict[str, tuple[int, Any]]:
+    """For each knob left to the server whose value its log tells: (the value SGLang chose, the value the walk starts
+    from: the same when the space has it, else the nearest it has)."""
+    chose = resolved(server_facts)
+    out: dict[str, tuple[int, Any]] = {}
+    for name in unset:
+        spec = search.space.get(name)
+        raw = next((v for flag, v in chose.items() if spec is not None and drives(name, spec, flag)), None)
+        if spec is not None and raw is not None:
+            near = nearest(spec, raw)
+            if near is not None:
+                out[name] = (raw, near)
+    return out
+
+
 def effective_params(search: SearchSpec, t: FrozenTrial) -> dict[str, Any]:
     """The trial's params, with each knob it left to the server at the value the server's log says it chose."""
     unset = t.user_attrs.get(UNSET_ATTR)
     if not unset:
         return t.params
-    chose = resolved(facts(t))
-    out = dict(t.params)
-    for name in unset:
-        spec = search.space.get(name)
-        if spec is None:
-            continue
-        value = next((nearest(spec, v) for flag, v in chose.items() if drives(name, spec, flag)), None)
-        if value is not None:
-            out[name] = value
-    return out
+    return {**t.params, **{name: near for name, (_, near) in chosen(search, unset, facts(t)).items()}}
 
 
 def effective(search: SearchSpec, trials: list[FrozenTrial]) -> list[FrozenTrial]:

@@ -22,7 +22,7 @@ from tunectl.search.feedback import Verdict, is_infra, judge
 from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import VETO_RISK, random_params, snap
-from tunectl.search.effective import effective
+from tunectl.search.effective import chosen, effective
 from tunectl.search.space import (UNSET_ATTR, baseline_params, config_key, drawn_in_baseline, suggest,
                                   try_first_params)
 from tunectl.search.steps import Steps, admission, counted, finished, ran
@@ -220,6 +220,9 @@ class SearchLoop:
         self.emit("trial_end", n=trial.number, params=params, role=role, state=verdict.state.name,
                   values=verdict.values, feasible=verdict.feasible, reason=verdict.reason,
                   constraints=verdict.constraints, result=result, best=self.best_value())
+        unset = trial.user_attrs.get(UNSET_ATTR)
+        if role == "baseline" and unset and result.server_facts:       # what SGLang picked for the knobs left to it
+            self.emit("baseline_chose", n=trial.number, chose=chosen(self.prof.search, unset, result.server_facts))
         return verdict.state.name
 
     def pruner(self, trial: optuna.trial.Trial, role: str) -> Any:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from tunectl.cli import app
 from tunectl.profile import load_profile
-from tunectl.search.effective import effective, effective_params, nearest
+from tunectl.search.effective import chosen, effective, effective_params, nearest
 from tunectl.search.space import UNSET_ATTR, distribution, drawn_in_baseline
 from tunectl.sglang import memory
 from tunectl.sglang.crashes.classifier import LogWatcher
@@ -58,6 +58,8 @@ def test_a_baseline_left_to_sglang_is_walked_from_at_the_values_sglang_chose() -
     [c] = effective(PROF.search, [t])
     assert c is not t and t.params == {"cuda-graph-backend-decode": "full", "kv-cache-dtype": "auto"}
     assert set(c.distributions) == set(c.params)
+    assert chosen(PROF.search, unset, facts(LOGS / "kv-pressure.log")) == {
+        "cuda-graph-max-bs-decode": (256, 256), "max-running-requests": (512, 512), "chunked-prefill-size": (8192, 8192)}
     # a value the space cannot take moves to the nearest it can: SGLang's 2,048 requests to the range's 1,024
     spec = PROF.search.space["max-running-requests"]
     assert nearest(spec, 2048) == spec.high == 1024
@@ -72,6 +74,11 @@ def test_the_steps_from_a_baseline_left_to_sglang_move_one_knob(tmp_path: Path) 
                                    str(ROOT / "profiles" / "fit-llama8b-h100.yaml"), "--study", "s",
                                    "--results", str(tmp_path)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
+    # the user is told what SGLang picked, and where the space cannot follow it (the stand-in's cap of 2,048
+    # against the profile's 32-1,024)
+    said = " ".join(res.output.split())
+    assert "baseline: SGLang chose cuda-graph-max-bs-decode=256, max-running-requests=2,048 (not in the search " \
+        "space: the steps start from 1,024), chunked-prefill-size=8,192" in said
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}")
     base = study.trials[0]
     assert base.user_attrs["role"] == "baseline" and set(base.user_attrs[UNSET_ATTR]) <= set(PROF.search.space)

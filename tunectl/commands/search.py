@@ -52,6 +52,8 @@ class Progress:
             last = f"trial {data['n']}: {data['reason']}" + (
                 f", {data['values'][0]:,.0f} tok/s" if data.get("values") else "")
             console.print(Text(f"  {last}", style="red" if not data.get("feasible") else ""))
+        elif kind == "baseline_chose" and data["chose"]:
+            console.print(chose_line(data["chose"]), highlight=False, markup=False)
         elif kind == "resume" and data["mode"] != "new":
             console.print(resume_line(data), highlight=False)
         elif kind == "prior":
@@ -122,6 +124,13 @@ def numbers_line(trials: list[Any]) -> str | None:
     return (f"trial numbers run to {top}: {skipped} of them went to proposals dropped before they ran (vetoed as "
             f"likely crashes, moved onto the grid, or repeats), which Optuna numbers too; {len(numbers)} trials ran "
             "(tunectl trials lists them)")
+
+
+def chose_line(chose: dict[str, tuple[int, Any]]) -> str:
+    """What SGLang picked for the knobs the baseline left to it, and where the space could not follow."""
+    parts = [f"{k}={raw:,}" + ("" if near == raw else f" (not in the search space: the steps start from {near:,})")
+             for k, (raw, near) in chose.items()]
+    return "  baseline: SGLang chose " + ", ".join(parts)
 
 
 def parallel_line(d: dict[str, Any]) -> str:
