@@ -23,8 +23,8 @@ from tunectl.search.pruning import make_pruner
 from tunectl.search.repair import RepairLookup
 from tunectl.search.sampler import VETO_RISK, random_params, snap
 from tunectl.search.effective import chosen, effective
-from tunectl.search.space import (UNSET_ATTR, baseline_params, config_key, drawn_in_baseline, suggest,
-                                  try_first_params)
+from tunectl.search.space import (UNSET_ATTR, baseline_params, config_key, suggest, try_first_params,
+                                  unset_in_baseline)
 from tunectl.search.steps import Steps, admission, counted, finished, ran
 from tunectl.search.study import (
     HOST_ATTR,
@@ -102,7 +102,7 @@ class SearchLoop:
             lock.acquire(blocking=True)
         try:
             if not any(fin.role(t) == "baseline" for t in self.trials()):
-                unset = drawn_in_baseline(self.prof)            # knobs with no base value: the server's own
+                unset = unset_in_baseline(self.prof)            # knobs with no base value: the server's own
                 self.study.enqueue_trial(baseline_params(self.prof), user_attrs={
                     "role": "baseline", **({UNSET_ATTR: unset} if unset else {})})
                 for params in try_first_params(self.prof):

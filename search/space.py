@@ -86,7 +86,7 @@ def _suggest_one(trial: optuna.trial.BaseTrial, name: str, dist: BaseDistributio
 
 def baseline_params(prof: Profile) -> dict[str, Any]:
     """Trial 0: the profile's base values (ParamSpec.default, else the base flag/patch/env). Knobs whose base
-    value is unknown are left out and sampled."""
+    value is unknown are left out: the baseline leaves them to the server (`unset_in_baseline`)."""
     params: dict[str, Any] = {}
     for name in knob_order(prof.search.space):
         spec = prof.search.space[name]
@@ -98,7 +98,7 @@ def baseline_params(prof: Profile) -> dict[str, Any]:
     return params
 
 
-def drawn_in_baseline(prof: Profile) -> list[str]:
+def unset_in_baseline(prof: Profile) -> list[str]:
     """The knobs active in the baseline that have no base value (no `default:`, no base flag, patch or env): the
     baseline leaves them to the server (`UNSET_ATTR`: SGLang picks its own value for the model and GPU), so that
     trial 0 is the server as the profile configures it, not a draw of the sampler's."""

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tunectl.cli import app
 from tunectl.profile import load_profile
 from tunectl.search.effective import chosen, effective, effective_params, nearest
-from tunectl.search.space import UNSET_ATTR, distribution, drawn_in_baseline
+from tunectl.search.space import UNSET_ATTR, distribution, unset_in_baseline
 from tunectl.sglang import memory
 from tunectl.sglang.crashes.classifier import LogWatcher
 
@@ -49,7 +49,7 @@ def _baseline(unset: list[str], facts: dict[str, float]) -> optuna.trial.FrozenT
 
 
 def test_a_baseline_left_to_sglang_is_walked_from_at_the_values_sglang_chose() -> None:
-    unset = drawn_in_baseline(PROF)
+    unset = unset_in_baseline(PROF)
     assert unset == ["cuda-graph-max-bs-decode", "max-running-requests", "chunked-prefill-size"]
     t = _baseline(unset, facts(LOGS / "kv-pressure.log"))             # SGLang: 256, 512, 8192
     assert effective_params(PROF.search, t) == {"cuda-graph-backend-decode": "full", "kv-cache-dtype": "auto",

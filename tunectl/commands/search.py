@@ -241,14 +241,14 @@ def show(out: dict[str, Any], root: Path) -> None:
         raise typer.Exit(1)
 
 
-def _note_drawn_baseline(prof: Any) -> None:
+def _note_unset_baseline(prof: Any) -> None:
     """Knobs with no base value are left to SGLang in the baseline: say so before the study."""
-    from tunectl.search.space import drawn_in_baseline
+    from tunectl.search.space import unset_in_baseline
 
-    drawn = drawn_in_baseline(prof)
-    if drawn:
+    unset = unset_in_baseline(prof)
+    if unset:
         console.print(Text(
-            f"baseline: {', '.join(drawn)} (no `default:` in search.space, no base flag): left to SGLang, which picks "
+            f"baseline: {', '.join(unset)} (no `default:` in search.space, no base flag): left to SGLang, which picks "
             "its own value for the model and GPU; the gain is over SGLang as the profile configures it",
             style="dim"))
 
@@ -333,7 +333,7 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         if out.get("stopped"):
             raise typer.Exit(1)
         return
-    _note_drawn_baseline(prof)
+    _note_unset_baseline(prof)
     view = Progress(trials or prof.search.trials)
     with view.live:
         out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate,
