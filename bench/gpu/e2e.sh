@@ -2,7 +2,9 @@
 # One real search end to end on the GPU (docs/real-gpu.md, "The end-to-end real search"): run from the repository
 # root on the GPU machine after bench/gpu/landscape.sh stage; run it detached.
 # Usage: bench/gpu/e2e.sh OUT [PROFILE] [STUDY]     env: TRIALS (12), DEADLINE (epoch s: no launch starts after
-#        DEADLINE - LAUNCH_S), LAUNCH_S (150), KEEP (a folder of an earlier lease's results/, copied in first)
+#        DEADLINE - LAUNCH_S), LAUNCH_S (150), KEEP (a folder of an earlier lease's results/, copied in first),
+#        CONFIRM_ONLY=1 (a lease too short for both: no search; the confirmation of the config `tunectl best` names
+#        now, the race's leader when the race has not finished)
 #   1. `tunectl search` (the same command resumes: the study's results from KEEP continue where they stopped;
 #      with DEADLINE it is stopped by SIGTERM at DEADLINE, as Ctrl-C stops it);
 #   2. once it has a winner: the winner and SGLang's default (the profile's base flags, the space's defaults) on
@@ -20,6 +22,7 @@ late() { [ -n "${DEADLINE:-}" ] && [ $(( $(date +%s) + ${LAUNCH_S:-150} )) -gt "
 . "$(dirname "$0")/machine.sh"; machine_facts "$out"; machine_trace "$out"
 step "e2e $study on $prof, gpu $(cat "$out/gpu.txt")"
 
+if [ -n "${CONFIRM_ONLY:-}" ]; then step "search skipped (CONFIRM_ONLY)"; else
 step "search start"
 # A lease ends at DEADLINE: the search gets SIGTERM before it (handled as Ctrl-C: the trial's server torn down, its
 # files saved), and the same command resumes in the next lease.
@@ -28,6 +31,7 @@ lim=(); [ -n "${DEADLINE:-}" ] && lim=(timeout -s TERM -k 60 $(( DEADLINE - $(da
   > "$out/search.json" 2> "$out/search.err"
 rc=$?; step "search end exit $rc"
 if [ $rc -ne 0 ]; then touch "$out/DONE"; exit 0; fi
+fi
 
 # The confirmation's levels: 8 x c requests for the real client (the search measured 4 x c).
 cprof=/tmp/e2e-confirm.yaml
