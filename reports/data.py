@@ -194,7 +194,8 @@ def winner_number(data: StudyData) -> dict[str, Any] | None:
     drawn = knobs.drawn(prof, base.params) if prof is not None and base is not None else []
     if info.get("confirmed_value") is not None and info.get("run_values"):   # even where its trial ran elsewhere
         out = _recorded_number(int(info["trial"]), info, unit(prof), base.trial if base is not None else None)
-        return {**out, "baseline_drawn": drawn} if drawn and out.get("gain") else out
+        out = {**out, "baseline_drawn": drawn} if drawn and out.get("gain") else out
+        return _with_machines(out, data, base)
     best = best_trial(data)
     if best is None:
         return None
@@ -209,6 +210,23 @@ def winner_number(data: StudyData) -> dict[str, Any] | None:
     out.update(_intervals(runs or [best], base if base_value else None, info.get("ties") or [], prof))
     if drawn and out["gain"]:
         out["baseline_drawn"] = drawn
+    return _with_machines(out, data, base)
+
+
+def _with_machines(out: dict[str, Any], data: StudyData, base: TrialResult | None) -> dict[str, Any]:
+    """`mixed_machines` {machine: [trials]} when the winner's launches and the baseline's did not all run on one
+    machine (TrialResult.machine; "not recorded" for trials from before it was kept): the same config read 20%
+    apart on two H100s of one model (docs/real-gpu.md), so such a number mixes machines as well as configs."""
+    ids = set(out.get("runs") or [out["trial"]])
+    if base is not None:
+        ids |= {t.trial for t in data.trials if t.params == base.params and t.status == "ok"}
+    by_num = {t.trial: t for t in data.trials}
+    seen: dict[str, list[int]] = {}
+    for n in sorted(ids):
+        if n in by_num:
+            seen.setdefault(by_num[n].machine or "not recorded", []).append(n)
+    if len(seen) > 1:
+        out["mixed_machines"] = seen
     return out
 
 
@@ -275,6 +293,11 @@ def headline(number: dict[str, Any]) -> str:
     race = number.get("race")
     if race:
         text += f"; race: {race['spent']} of {race['budget']} reruns"
+    mixed = number.get("mixed_machines")
+    if mixed:
+        text += (f"; these launches ran on {len(mixed)} machines ("
+                 + "; ".join(f"{m}: trial {', '.join(map(str, ns))}" for m, ns in mixed.items())
+                 + "): readings from different machines are not comparable")
     return text
 
 

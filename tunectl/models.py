@@ -183,6 +183,9 @@ class TrialResult:
                                                                     # free memory, retracted requests
     teardown: dict[str, Any] = field(default_factory=dict)  # {"verdict": "clean"|"dirty", "seconds": .., ...}
     host: str = "local"
+    # the GPUs it ran on (runners/checks/hostcheck.py `machine`: model, count, power limit, a hash of their UUIDs):
+    # two machines of one model can differ by 20% (docs/real-gpu.md); "" where unknown (the stand-in, older studies)
+    machine: str = ""
     sglang_version: str = ""
     patch_hashes: dict[str, str] = field(default_factory=dict)
     started_at: float = 0.0

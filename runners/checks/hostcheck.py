@@ -2,6 +2,7 @@
 and by `tunectl check`; a dirty host raises HostDirtyError with the evidence, never a launch on top."""
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import time
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunectl.errors import HostDirtyError, RunnerError
+from tunectl.errors import HostDirtyError, RunnerError, TunectlError
 from tunectl.runners.hosts.base import ProcHandle, Runner
 
 HOST_HELPER = (Path(__file__).parents[1] / "hosts" / "host_helper.py").read_text()
@@ -86,6 +87,35 @@ def gpu_names(runner: Runner, targets: list[int] | None, smi: str = "nvidia-smi"
     rows = [line.split(",", 1) for line in text.strip().splitlines() if "," in line]
     return [name.strip() for idx, name in rows if idx.strip().isdigit()
             and (targets is None or int(idx) in targets)]
+
+
+MACHINE_QUERY = ["--query-gpu=index,name,uuid,power.limit", "--format=csv,noheader,nounits"]
+
+
+def parse_machine(text: str, targets: list[int] | None) -> str:
+    """nvidia-smi's `index, name, uuid, power.limit` rows as one short id of the target GPUs: "NVIDIA H100 80GB
+    HBM3 x1, 700 W, gpu-1a2b3c4d" (the UUIDs hashed: which physical cards, not their serials); "" when none."""
+    rows = []
+    for line in text.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) >= 4 and cols[0].isdigit() and (targets is None or int(cols[0]) in targets):
+            rows.append((", ".join(cols[1:-2]), cols[-2], cols[-1]))
+    if not rows:
+        return ""
+    names = " + ".join(sorted({n for n, _, _ in rows}))
+    watts = sorted({w for _, _, w in rows})
+    power = ", ".join(f"{float(w):.0f} W" if w.replace(".", "", 1).isdigit() else w for w in watts)
+    card = hashlib.sha256(",".join(sorted(u for _, u, _ in rows)).encode()).hexdigest()[:8]
+    return f"{names} x{len(rows)}, {power}, gpu-{card}"
+
+
+def machine(runner: Runner, targets: list[int] | None, smi: str = "nvidia-smi") -> str:
+    """The target GPUs as `parse_machine` names them; "" where the host cannot say (never an error: a trial's
+    record, not a gate)."""
+    try:
+        return parse_machine(_smi(runner, MACHINE_QUERY, smi), targets)
+    except (TunectlError, OSError):
+        return ""
 
 
 def gpu_problems(gpus: list[Gpu], apps: list[GpuApp], targets: list[int] | None, clean_mib: int,

@@ -68,6 +68,15 @@ def gpu_evidence(runner: Runner, prof: Profile, pids: set[int] | None = None) ->
         return [] if hostcheck.NO_SMI in str(e) else [str(e)]
 
 
+def machine(runner: Runner, prof: Profile) -> str:
+    """The GPUs a trial runs on, for its record (hostcheck.machine); "" for the stand-in, which uses none."""
+    if not engine(prof).uses_gpus:
+        return ""
+    from tunectl.runners.checks import hostcheck
+
+    return hostcheck.machine(runner, prof.host.gpus)
+
+
 def port_evidence(runner: Runner, port: int) -> str | None:
     owner = runner.port_owner(port)
     if owner is None:

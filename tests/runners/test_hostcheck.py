@@ -180,3 +180,23 @@ def test_help_read_from_host_and_cached(tmp_path, monkeypatch):
     assert len(cached) == 1 and "--mem-fraction-static" in cached[0].read_text()
     cached[0].write_text(cached[0].read_text().replace("--mem-fraction-static", "--mem-fraction-statik"))
     assert "did you mean --mem-fraction-statik?" in flagcheck.check_flags(runner, prof, "0.5.9")[0]  # cache used
+
+
+def test_a_trials_machine_names_its_gpus_power_limit_and_cards():
+    """Two H100s of one model read one config 20% apart at their power limits (docs/real-gpu.md): a trial records
+    which cards it ran on, and the id changes with the cards, the count and the limit, not with the GPU order."""
+    text = (FIX / "h100x3.machine.csv").read_text()
+    one = hostcheck.parse_machine(text, [0])
+    assert one.startswith("NVIDIA H100 80GB HBM3 x1, 700 W, gpu-")
+    assert hostcheck.parse_machine(text, [1]).startswith("NVIDIA H100 80GB HBM3 x1, 650 W, gpu-")
+    assert hostcheck.parse_machine(text, [1])[-8:] != one[-8:]                 # another card, another id
+    both = hostcheck.parse_machine(text, [0, 1])
+    assert both.startswith("NVIDIA H100 80GB HBM3 x2, 650 W, 700 W, gpu-")
+    swapped = "\n".join(reversed(text.strip().splitlines()))
+    assert hostcheck.parse_machine(swapped, [0, 1]) == both
+    assert "[N/A]" in hostcheck.parse_machine(text, [2])
+    assert hostcheck.parse_machine(text, [7]) == ""
+
+
+def test_a_host_without_nvidia_smi_records_no_machine_and_no_error(any_runner):
+    assert hostcheck.machine(any_runner, [0], smi=f"nvidia-smi-absent-{uuid.uuid4().hex[:6]}") == ""

@@ -97,6 +97,7 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
         found = getattr(getattr(patcher, "last", None), "version", "")
         result.sglang_version = found or result.sglang_version   # what the host runs, not what the profile says
     lifecycle.preflight(runner, prof, plan)
+    result.machine = lifecycle.machine(runner, prof)
     srv = lifecycle.launch(runner, prof, plan, plan_mod.config_yaml(plan))
     _emit(on_event, "launch", pgid=srv.handle.pgid, trial_dir=plan.trial_dir)
     try:
