@@ -4,7 +4,7 @@
 # Usage: bench/gpu/e2e.sh OUT [PROFILE] [STUDY]     env: TRIALS (12), DEADLINE (epoch s: no launch starts after
 #        DEADLINE - LAUNCH_S), LAUNCH_S (150), KEEP (a folder of an earlier lease's results/, copied in first),
 #        CONFIRM_ONLY=1 (a lease too short for both: no search; the confirmation of the config `tunectl best` names
-#        now, the race's leader when the race has not finished)
+#        now, the race's leader when the race has not finished), ORDER ("default winner": the launches, in order)
 #   1. `tunectl search` (the same command resumes: the study's results from KEEP continue where they stopped;
 #      with DEADLINE it is stopped by SIGTERM at DEADLINE, as Ctrl-C stops it);
 #   2. once it has a winner: the winner and SGLang's default (the profile's base flags, the space's defaults) on
@@ -46,7 +46,7 @@ import json, sys
 for k, v in json.load(sys.stdin)['params'].items(): print('--set'); print(f'{k}={str(v).lower() if isinstance(v, bool) else v}')")
 step "winner ${win[*]}"
 n=0
-for who in winner default default winner winner default; do
+for who in ${ORDER:-winner default default winner winner default}; do
   n=$((n + 1)); name="$study-confirm-$who-$n"
   [ -d "$out/results/$name" ] && { step "skip $name (measured)"; continue; }
   late && { step "stop before $name: deadline"; break; }

@@ -43,7 +43,10 @@ def main() -> int:
             print(f"| {r.load} | {'-' if pw is None else pw.text()} | {'-' if pb is None else pb.text()} | - | - |")
             continue
         g = gain(pw, pb)
-        verdict = {"above": "winner ahead", "below": "default ahead", "tie": "tie"}[compare(pw, pb)]
+        if len(w.ok) < 2 or len(r.ok) < 2:         # one launch has no launch-to-launch spread: no interval to judge by
+            verdict = "no verdict: one launch (the launch-to-launch spread is unknown)"
+        else:
+            verdict = {"above": "winner ahead", "below": "default ahead", "tie": "tie"}[compare(pw, pb)]
         print(f"| {r.load} | {pw.text()} ({len(w.ok)}) | {pb.text()} ({len(r.ok)}) | {g.text('.3f')} | {verdict} |")
     return 0
 

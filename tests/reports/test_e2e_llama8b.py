@@ -92,3 +92,29 @@ def test_c02_on_this_machine_agrees_below_the_power_limit_and_not_at_256_streams
     assert min(r[256] for r in now) / max(r[256] for r in before) > 1.15
     # within this lease the relaunches agree within 5%
     assert max(r[256] for r in now) / min(r[256] for r in now) < 1.05
+
+
+def confirm(name: str) -> TrialResult:
+    return TrialResult.from_dict(json.loads((STUDY.parent / f"e2e-llama8b-{name}" / "trials" / "0" / "trial.json")
+                                            .read_text()))
+
+
+def test_the_second_lease_measured_sglangs_own_choice_and_the_leader_on_one_machine():
+    """Lease 2 (CONFIRM_ONLY, default first): `sweep` with no `--set` leaves every searched flag to SGLang, which
+    chose the decode graphs to 256 and 2,048 running requests, above the space's 1,024: its log says so, and
+    tunectl reads it back. Both launches record the same machine; the leader's 256 level did not finish before the
+    device time ran out, so the comparison stands at 16 and 64 streams, one launch each (no verdict)."""
+    from tunectl.sglang import memory
+    from tunectl.sglang.crashes.classifier import LogWatcher
+
+    default, leader = confirm("confirm-default-1"), confirm("confirm-winner-2")
+    assert default.params == {} and default.status == "ok"
+    log = (STUDY.parent / "e2e-llama8b-confirm-default-1" / "trials" / "0" / "server.log").read_bytes()
+    assert memory.resolved(LogWatcher.read(log).facts) == {
+        "max-running-requests": 2048, "chunked-prefill-size": 8192, "cuda-graph-max-bs": 256}
+    assert default.machine == leader.machine and default.machine.startswith("NVIDIA H100 80GB HBM3 x1, 700 W, gpu-")
+    assert leader.status == "running" and [lv.concurrency for lv in leader.levels] == [16, 64]
+    d = {lv.concurrency: lv.output_throughput for lv in default.levels}
+    w = {lv.concurrency: lv.output_throughput for lv in leader.levels}
+    assert sorted(d) == [16, 64, 256]
+    assert all(abs(w[c] / d[c] - 1) < 0.03 for c in (16, 64))         # within 3% where both ran
