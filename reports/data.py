@@ -337,7 +337,8 @@ def summary(data: StudyData) -> dict[str, Any]:
         "latencies": {k: peak.metrics.get(k) for k in LATENCY_KEYS} if peak else {},
         "spec_accept_length": peak.metrics.get("spec_accept_length") if peak else None,
         "command": redact.text(again["command"]), "argv": again["argv"], "env": again["env"],
-        "patches": again["patches"], "host": best.host, "sglang_version": best.sglang_version,
+        "patches": again["patches"], "host": best.host, "machine": best.machine,
+        "sglang_version": best.sglang_version,
         "patch_hashes": dict(best.patch_hashes), "confirmed": number}
     if best.capacity:
         out["best"]["capacity"] = capacity_text(best.capacity)

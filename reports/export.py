@@ -25,7 +25,7 @@ def frames(data: StudyData) -> dict[str, pd.DataFrame]:
                       "peak_concurrency": peak.concurrency if peak else None,
                       "max_stable_concurrency": t.max_stable_concurrency,
                       "crash_class": t.crash.cls if t.crash else None, "crashed_level": t.crashed_level,
-                      "ready_s": t.ready_s, "wall_s": t.wall_s, "host": t.host,
+                      "ready_s": t.ready_s, "wall_s": t.wall_s, "host": t.host, "machine": t.machine or None,
                       "sglang_version": t.sglang_version, **level_energy(peak),   # at the peak level
                       **{f"param.{k}": v for k, v in t.params.items()}})
         for lv in t.levels:

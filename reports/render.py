@@ -108,7 +108,8 @@ def _summary_html(s: dict[str, Any]) -> str:
         f"<b>{_e(headline(b['confirmed']))}</b>; peak of trial #{b['trial']} at concurrency "
         f"{_e(b['concurrency'])}; stable up to {_e(b['max_stable_concurrency'])}</li>"
         f"<li>latencies at that level: {lat}</li>{cap_txt}"
-        f"<li>host {_e(b['host'])}, SGLang {_e(b['sglang_version'] or 'unknown')}, "
+        f"<li>host {_e(b['host'])}{', ' + _e(b['machine']) if b.get('machine') else ''}, "
+        f"SGLang {_e(b['sglang_version'] or 'unknown')}, "
         f"patches: {_e(patches)}</li>"
         f"{ref_txt}</ul>"
         f"<p>Launch command:</p><pre class='cmd'>{_e(b['command'])}</pre>")

@@ -75,3 +75,18 @@ def test_a_baseline_from_before_machines_were_recorded_counts_as_unknown(study: 
         set_machine(store, t.trial, "" if t.params == base.params else A)
     number = winner_number(load_study(store))
     assert number is not None and base.trial in number["mixed_machines"]["not recorded"]
+
+
+def test_the_machine_is_in_the_export_and_beside_the_winner_in_the_report(study: tuple[Path, StudyStore]) -> None:
+    from tunectl.reports.export import frames
+    from tunectl.reports.render import compute, render
+
+    root, store = study
+    best = store.read_best()["best"]["trial"]
+    for t in load_study(store).trials:
+        set_machine(store, t.trial, B if t.trial == best else A)
+    data = load_study(store)
+    trials = frames(data)["trials"]
+    assert trials.set_index("trial").loc[best, "machine"] == B
+    assert (trials["machine"] == A).sum() == len(trials) - 1
+    assert f"host virtual, {B}, SGLang" in render(compute(data))
