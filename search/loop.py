@@ -198,6 +198,20 @@ class SearchLoop:
         self.emit("slot_retired", slot=key, reason=self.retired_why)
         return True
 
+    def _new_machine(self, trial: optuna.trial.Trial, machine: str) -> dict[str, list[int]]:
+        """Records the trial's machine (TrialResult.machine) on it; when the study's finished trials ran on other
+        machines and none on this one: {machine: [trials]} of those (a resume on another host, or slots on
+        different GPUs: the same config can read 20% apart on two cards of one model), else {}."""
+        if not machine:
+            return {}
+        trial.set_user_attr("machine", machine)
+        seen: dict[str, list[int]] = {}
+        for t in self.trials():
+            m = t.user_attrs.get("machine")
+            if m and t.number != trial.number and t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+                seen.setdefault(str(m), []).append(t.number)
+        return {} if not seen or machine in seen else seen
+
     def begin(self, trial: optuna.trial.Trial) -> tuple[dict[str, Any], str] | None:
         """The trial's params and role, announced; None for a duplicate proposal (told without running)."""
         params = suggest(trial, self.prof.search)
@@ -214,12 +228,15 @@ class SearchLoop:
                pruner: Any) -> str:
         verdict = judge(result, self.prof, int(trial.user_attrs.get("infra_tries", 0)),
                         int(trial.user_attrs.get("flaky_tries", 0)))
+        new_machine = self._new_machine(trial, result.machine)
         self.tell(trial, verdict)
         self.stats.evaluated += 1
         self.stats.saved_s += pruner.saved_s()
         self.emit("trial_end", n=trial.number, params=params, role=role, state=verdict.state.name,
                   values=verdict.values, feasible=verdict.feasible, reason=verdict.reason,
                   constraints=verdict.constraints, result=result, best=self.best_value())
+        if new_machine:
+            self.emit("machine_changed", n=trial.number, machine=result.machine, before=new_machine)
         unset = trial.user_attrs.get(UNSET_ATTR)
         if role == "baseline" and unset and result.server_facts:       # what SGLang picked for the knobs left to it
             self.emit("baseline_chose", n=trial.number, chose=chosen(self.prof.search, unset, result.server_facts))

@@ -90,3 +90,51 @@ def test_the_machine_is_in_the_export_and_beside_the_winner_in_the_report(study:
     assert trials.set_index("trial").loc[best, "machine"] == B
     assert (trials["machine"] == A).sum() == len(trials) - 1
     assert f"host virtual, {B}, SGLang" in render(compute(data))
+
+
+def test_a_search_resumed_on_another_machine_says_so_once_and_records_each_trials_machine(tmp_path: Path) -> None:
+    """The loop records each trial's machine on the study; the first trial on a machine none of the finished
+    trials ran on is announced (with which trials ran where), the next ones on it are not. The evaluator is the
+    stand-in's virtual clock with the machine a GPU host would report set on its result."""
+    import optuna
+
+    from tunectl.profile import load_profile
+    from tunectl.search.study import open_storage
+    from tunectl.wiring.study import run_search
+    from tunectl.wiring.virtual import VirtualEvaluator
+
+    prof = load_profile(REPO / "profiles" / "sim-glm5.yaml")
+    prof.search.finalists.top_k = 0
+    model = VirtualEvaluator(prof, 0)
+
+    def on(machine: str) -> object:
+        def run(n: int, params: dict, role: str, prune: object) -> object:
+            res = model(n, params, role, prune)
+            res.machine = machine
+            return res
+        return run
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    events: list[tuple[str, dict]] = []
+    run_search(prof, trials=4, root=tmp_path, evaluate=on(A), storage_url=url, seed=0,
+               on_event=lambda k, d: events.append((k, d)))
+    assert not [d for k, d in events if k == "machine_changed"]            # one machine: nothing to say
+    run_search(prof, trials=7, root=tmp_path, evaluate=on(B), storage_url=url, seed=0,
+               on_event=lambda k, d: events.append((k, d)))
+    changed = [d for k, d in events if k == "machine_changed"]
+    assert len(changed) == 1 and changed[0]["machine"] == B and list(changed[0]["before"]) == [A]
+    study = optuna.load_study(study_name=prof.name, storage=open_storage(url))
+    machines = [t.user_attrs.get("machine") for t in study.trials if t.state.is_finished()
+                and "duplicate_of" not in t.user_attrs]
+    assert machines.count(A) >= 4 and machines.count(B) >= 3 and set(machines) <= {A, B}
+
+
+def test_the_search_prints_the_machine_change_as_one_line() -> None:
+    from tunectl.commands.search import Progress
+    from tunectl.commands._common import console
+
+    with console.capture() as cap:
+        Progress(10)._on_event("machine_changed", {"n": 19, "machine": B, "before": {A: [0, 1, 2, 3, 5]}})
+    line = " ".join(cap.get().split())
+    assert line == (f"trial 19 ran on {B}, the study's earlier trials on {A}: trials 0-3, 5: readings from "
+                    "different machines are compared (two cards of one model can differ by 20%)")

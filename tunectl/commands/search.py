@@ -52,6 +52,11 @@ class Progress:
             last = f"trial {data['n']}: {data['reason']}" + (
                 f", {data['values'][0]:,.0f} tok/s" if data.get("values") else "")
             console.print(Text(f"  {last}", style="red" if not data.get("feasible") else ""))
+        elif kind == "machine_changed":
+            before = "; ".join(f"{m}: {_trial_span(ns)}" for m, ns in data["before"].items())
+            console.print(Text(f"  trial {data['n']} ran on {data['machine']}, the study's earlier trials on "
+                               f"{before}: readings from different machines are compared (two cards of one "
+                               "model can differ by 20%)", style="yellow"))
         elif kind == "baseline_chose" and data["chose"]:
             console.print(chose_line(data["chose"]), highlight=False, markup=False)
         elif kind == "resume" and data["mode"] != "new":
@@ -86,6 +91,18 @@ class Progress:
         t.add_row("best", f"{self.best:,.0f} tok/s" if self.best else "-")
         t.add_row("time", f"{elapsed:.0f}s elapsed" + (f", ETA {eta:.0f}s" if eta is not None else ""))
         return t
+
+
+def _trial_span(ns: list[int]) -> str:
+    """[0, 1, 2, 5] -> "trials 0-2, 5"."""
+    runs: list[list[int]] = []
+    for n in sorted(ns):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    parts = [f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs]
+    return ("trial " if len(ns) == 1 else "trials ") + ", ".join(parts)
 
 
 def _slot_name(key: Any) -> str:
