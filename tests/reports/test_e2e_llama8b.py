@@ -118,3 +118,19 @@ def test_the_second_lease_measured_sglangs_own_choice_and_the_leader_on_one_mach
     w = {lv.concurrency: lv.output_throughput for lv in leader.levels}
     assert sorted(d) == [16, 64, 256]
     assert all(abs(w[c] / d[c] - 1) < 0.03 for c in (16, 64))         # within 3% where both ran
+
+
+def test_the_gain_script_gives_no_verdict_on_one_launch_each():
+    """bench/gpu/e2e_gain.py on lease 2's launches (one of SGLang's choice, one of the leader): a single launch has
+    no launch-to-launch spread, so no level is called for either side (it once printed "default ahead" at 16)."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu" / "e2e_gain.py"), str(STUDY.parent)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    rows = {ln.split("|")[1].strip(): ln for ln in res.stdout.splitlines() if ln.startswith("| c")}
+    assert set(rows) == {"c16", "c64", "c256"}
+    for c in ("c16", "c64"):
+        assert "no verdict: one launch" in rows[c] and "ahead" not in rows[c]
+    assert rows["c256"].rstrip().endswith("| - | - |")        # the leader's 256 level was not measured
