@@ -5,6 +5,7 @@ import pytest
 
 from tunectl.launches import summarize
 from tunectl.models import CrashInfo, LevelResult, TrialResult
+from tunectl.stats import Interval
 
 
 def level(c: int, value: float, ci: tuple[float, float] | None = None, status: str = "ok") -> LevelResult:
@@ -36,3 +37,24 @@ def test_whole_run_readings_get_an_interval_only_from_launches():
     p = rows[0].pooled
     assert rows[0].readings[0].low == rows[0].readings[0].high == 810.0      # bench_serving: a point per launch
     assert p.value == pytest.approx(900.0) and p.low < 810.0 < 990.0 < p.high and p.n == 3
+
+
+def test_a_paired_gain_separates_what_a_shared_drift_hides_from_the_pooled_one():
+    """The machine steps by 12% between pairs (as a real H200 did within one lease); within each pair the winner
+    reads 2% below the default. Pooled side by side the two are a tie; paired, the 2% is resolved and the
+    interval holds it. Equal readings give 1; one pair is a point with no spread to judge by."""
+    from tunectl.stats import compare, gain, paired_gain, pooled
+
+    machine = [1.0, 0.97, 1.12, 1.11, 1.13]
+    wiggle = [1.004, 0.997, 1.002, 0.998, 1.0]
+    default = [10_000 * m for m in machine]
+    winner = [d * 0.98 * w for d, w in zip(default, wiggle)]
+    pw, pd = pooled([Interval.of(v, None) for v in winner]), pooled([Interval.of(v, None) for v in default])
+    assert compare(pw, pd) == "tie" and gain(pw, pd).low < 0.9 < 1.05 < gain(pw, pd).high
+    p = paired_gain(list(zip(winner, default)))
+    assert p.n == 5 and p.low < 0.98 < p.high < 1.0 and p.high - p.low < 0.01
+    assert paired_gain([(5.0, 5.0), (7.0, 7.0)]).value == pytest.approx(1.0)
+    one = paired_gain([(98.0, 100.0)])
+    assert one.n == 1 and one.low == one.high == pytest.approx(0.98)
+    with pytest.raises(ValueError):
+        paired_gain([(0.0, 1.0)])

@@ -7,6 +7,9 @@
   from the launch-to-launch spread, never narrower than the launches' own intervals allow.
 - `compare(a, b)`: "above" / "below" only when the intervals do not overlap; otherwise "tie".
 - `gain(a, base)`: a / base with the conservative interval (a.low / base.high, a.high / base.low).
+- `paired_gain(pairs)`: a / b over launches run back to back, one pair at a time: the geometric mean of the pairs'
+  ratios with the Student-t interval of their logs. A drift of the machine that both launches of a pair share
+  cancels (real GPUs step by 10% or more within a lease, docs/real-gpu.md), so it separates what `gain` cannot.
 """
 from __future__ import annotations
 
@@ -94,3 +97,13 @@ def gain(a: Interval, base: Interval) -> Interval:
     if base.value <= 0 or base.low <= 0:
         return Interval(math.inf, math.inf, math.inf, min(a.n, base.n))
     return Interval(a.value / base.value, a.low / base.high, a.high / base.low, min(a.n, base.n))
+
+
+def paired_gain(pairs: list[tuple[float, float]]) -> Interval:
+    """(a, b) readings of launches run back to back: a / b as the geometric mean of the pairs' ratios, with the
+    95% Student-t interval of the mean log ratio (n - 1 degrees of freedom; a single pair is a point)."""
+    logs = [math.log(a / b) for a, b in pairs if a > 0 and b > 0]
+    if not logs:
+        raise ValueError("paired_gain() needs at least one pair of positive readings")
+    m = mean_interval(logs)
+    return Interval(math.exp(m.value), math.exp(m.low), math.exp(m.high), m.n)

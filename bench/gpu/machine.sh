@@ -5,7 +5,8 @@
 #   source bench/gpu/machine.sh; machine_facts OUT     -> OUT/gpu.txt (the GPU: name, memory, driver, power limits,
 #                                                         max clocks, bus id, serial), OUT/cpu.txt (the CPU model, cores)
 #   machine_trace OUT                                   -> OUT/gpu-trace.csv every 2 s until the calling script exits
-#                                                         (SM clock, power draw, temperature, active clock-event reasons)
+#                                                         (SM clock, power draw, temperature, active clock-event reasons;
+#                                                         appended, so a second run in one lease keeps the first's)
 machine_facts() {
   local out=${1:?}
   nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version,power.limit,power.max_limit,clocks.max.sm,pci.bus_id,serial \
@@ -15,8 +16,10 @@ machine_facts() {
 
 machine_trace() {
   local out=${1:?}
+  local fmt=csv,nounits
+  [ -s "$out/gpu-trace.csv" ] && fmt=csv,nounits,noheader
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active \
-    --format=csv,nounits -l 2 > "$out/gpu-trace.csv" 2>&1 &
+    --format=$fmt -l 2 >> "$out/gpu-trace.csv" 2>&1 &
   trace_pid=$!
   trap 'kill $trace_pid 2>/dev/null' EXIT
 }
