@@ -111,13 +111,25 @@ def _summary_html(s: dict[str, Any]) -> str:
         f"<li>host {_e(b['host'])}{', ' + _e(b['machine']) if b.get('machine') else ''}, "
         f"SGLang {_e(b['sglang_version'] or 'unknown')}, "
         f"patches: {_e(patches)}</li>"
-        f"{ref_txt}</ul>"
+        f"{ref_txt}{_confirmation(s)}</ul>"
         f"<p>Launch command:</p><pre class='cmd'>{_e(b['command'])}</pre>")
     if s.get("warm_start"):
         lines = warm_lines(s["warm_start"])
         parts.append(f"<p>{_e(lines[0])}</p>" + ("<ul>" + "".join(f"<li>{_e(x.strip())}</li>" for x in lines[1:])
                                                   + "</ul>" if len(lines) > 1 else ""))
     return "".join(parts)
+
+
+def _confirmation(s: dict[str, Any]) -> str:
+    """`tunectl confirm`'s verdict on the winner (a search's report only)."""
+    c = s.get("confirmation")
+    if c:
+        return (f"<li>confirmed on fresh launches of one machine, in pairs (results/{_e(c['study'])}): "
+                f"<b>{_e(c['conclusion'])}</b></li>")
+    if s.get("kind") == "search" and "confirmation" in s:
+        return (f"<li>not yet confirmed against SGLang's own choice on fresh launches: "
+                f"<code>tunectl confirm --study {_e(s['study'])}</code></li>")
+    return ""
 
 
 def _figures(r: dict[str, Any]) -> list[tuple[str, str, Any]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.ports import free_port
+from tests.helpers.profiles import fast_default
 from tunectl.profile import default_profile_path
 
 SEEDS = ["--set", "disable-cuda-graph=true", "--set", "max-running-requests=2048", "--set", "disable-radix-cache=true",
@@ -23,15 +23,8 @@ SEED_BASELINE_AT_64 = 880.0      # the seeds' write-up: ~880 tok/s before tuning
 
 @pytest.fixture
 def env(tmp_path):
-    """The embedded default with a free port, a private host workdir and a slower stand-in clock: at 0.02 wall s per
-    modeled s a 50 ms scheduling hiccup on a busy 2-core test machine reads as 2.5 modeled seconds."""
-    data = yaml.safe_load(default_profile_path().read_text())
-    data["server"]["port"] = free_port()
-    data["server"]["sim"]["time_scale"] = 0.05
-    data.setdefault("host", {})["workdir"] = str(tmp_path / "host")
-    prof = tmp_path / "sim-glm5.yaml"
-    prof.write_text(yaml.safe_dump(data, sort_keys=False))
-    return {"profile": prof, "results": tmp_path / "results", "port": data["server"]["port"]}
+    prof, port = fast_default(tmp_path)
+    return {"profile": prof, "results": tmp_path / "results", "port": port}
 
 
 def sweep(env, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

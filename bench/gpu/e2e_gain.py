@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from tunectl import confirm as cf
 from tunectl.launches import summarize
 from tunectl.models import TrialResult
 from tunectl.stats import Interval, compare, gain, paired_gain
@@ -43,16 +44,11 @@ def launches(root: Path, study: str) -> list[tuple[int, str, TrialResult]]:
 
 
 def pairs(runs: list[tuple[int, str, TrialResult]]) -> list[tuple[TrialResult, TrialResult]]:
-    """(winner, default) launches run next to each other, each launch in one pair at most."""
-    out, i = [], 0
-    while i + 1 < len(runs):
-        (_, a, ta), (_, b, tb) = runs[i], runs[i + 1]
-        if a != b:
-            out.append((ta, tb) if a == "winner" else (tb, ta))
-            i += 2
-        else:
-            i += 1
-    return out
+    """(winner, default) launches run next to each other on one machine, each in one pair at most: `tunectl
+    confirm`'s pairing (tunectl/confirm.py), these launches' sides read from their names."""
+    for _, who, t in runs:
+        t.role = cf.ROLE["winner" if who == "winner" else "baseline"]
+    return cf.pairs([t for _, _, t in runs])
 
 
 def level_value(t: TrialResult, load: str, metric: str) -> float | None:
@@ -64,15 +60,8 @@ def level_value(t: TrialResult, load: str, metric: str) -> float | None:
 
 
 def verdict(p: Interval | None) -> str:
-    if p is None:
-        return "-"
-    if p.n < 2:
-        return "no verdict: one pair (the launch-to-launch spread is unknown)"
-    if p.low > 1:
-        return "winner ahead"
-    if p.high < 1:
-        return "default ahead"
-    return "tie"
+    """tunectl confirm's verdict (tunectl/confirm.py), the baseline here being SGLang's default."""
+    return cf.verdict(p).replace("baseline", "default")
 
 
 def table(runs: list[tuple[int, str, TrialResult]]) -> list[str]:

@@ -33,7 +33,9 @@ def test_best_command_reproduces_launch_json_argv_exactly(results_root):
     argv = launch["argv"]
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith("# glm5-search: trial") and "x the baseline (" in lines[0]   # its one number
-    assert "needs the SGLang patches flashinfer-cutlass-autotune" in lines[1]           # and its patch
+    assert "needs the SGLang patches flashinfer-cutlass-autotune" in lines[-2]          # and its patch
+    assert "not yet confirmed against SGLang's own choice" in lines[1]                 # and how to confirm it
+    assert "tunectl confirm --study glm5-search" in lines[1]
     words = shlex.split(lines[-1])
     assert words[:2] == ["SGLANG_API_KEY=${SGLANG_API_KEY}", "NCCL_DEBUG=WARN"]         # the secret stays out
     assert words[2:] == argv

@@ -112,7 +112,12 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
     prefix = os.path.relpath(store.dir.resolve(), path.parent.resolve())
     with warnings.catch_warnings():      # Optuna's notes on few trials per regime: not the user's to act on
         warnings.simplefilter("ignore", UserWarning)
-        page = render(compute(data, log_prefix="" if prefix == "." else prefix + "/"))
+        r = compute(data, log_prefix="" if prefix == "." else prefix + "/")
+    if r["summary"]["best"] is not None:                 # `tunectl confirm`'s verdict on this winner, if one ran
+        from tunectl.confirm import recorded
+
+        r["summary"]["confirmation"] = recorded(store.root, store.name, dict(r["summary"]["best"]["params"]))
+    page = render(r)
     atomic_write(path, page)
     console.print(f"report: {path} ({len(data.trials)} trials, {len(page) // 1024} KiB)")
     if open_ and not webbrowser.open(path.resolve().as_uri()):
@@ -163,6 +168,7 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
 def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = DEFAULT_ROOT) -> None:
     """The best stable config: its launch command (environment and patches included), SGLang --config YAML, or
     JSON; with its one number (mean of its runs, spread, gain over the baseline)."""
+    from tunectl.confirm import recorded
     from tunectl.reports.data import headline, load_study, summary, unfinished
 
     if format not in ("command", "yaml", "json"):
@@ -172,6 +178,7 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
     s = summary(data)["best"]
     if s is None:
         raise UsageError(f"{store.name}: no stable configuration yet")
+    conf = recorded(store.root, store.name, dict(s["params"]))
     if format == "command":
         if not s["command"]:
             raise UsageError(f"{store.name}: trial {s['trial']} has no launch.json")
@@ -179,6 +186,11 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
         print(f"# {store.name}: trial {s['trial']}, {headline(s['confirmed'])}{cap}")
         if unfinished(data):
             print(f"# {unfinished(data)}")
+        if conf is not None:
+            print(f"# tunectl confirm (results/{conf['study']}): {conf['conclusion']}")
+        elif data.study.get("kind", "search") == "search":
+            print(f"# not yet confirmed against SGLang's own choice on fresh launches: `tunectl confirm --study "
+                  f"{store.name}`")
         print(s["command"])
     elif format == "yaml":
         cfg = store.trial_dir(s["trial"]) / "config.yaml"
@@ -186,7 +198,8 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
         print(cfg.read_text() if cfg.is_file() else yaml.safe_dump(config, sort_keys=False), end="")
     else:
         launch = data.launches.get(s["trial"], {})
-        print(json.dumps({"study": store.name, **s, "finished": unfinished(data) is None, "config": launch.get("config")},
+        print(json.dumps({"study": store.name, **s, "finished": unfinished(data) is None, "config": launch.get("config"),
+                          "confirmation": conf},
                          indent=2, default=str))
 
 

@@ -317,7 +317,10 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
 
 
 def _run(prof: Profile, params: dict[str, Any], load: tuple[list[int] | None, list[float] | None, bool], name: str,
-         root: Path, quiet: bool) -> tuple[TrialResult, StudyStore]:
+         root: Path, quiet: bool, role: str = "sweep", info: dict[str, Any] | None = None
+         ) -> tuple[TrialResult, StudyStore]:
+    """One fresh launch of `params` as the next trial of results/<name> (`role` on its record; `info` added to
+    study.json, whose kind is a sweep unless `info` says otherwise)."""
     from tunectl.runners.checks.readiness import CONFIG_CHECKS
     from tunectl.wiring.study import make_runner, preflight
     from tunectl.wiring.trial import TrialContext, run_trial
@@ -336,13 +339,13 @@ def _run(prof: Profile, params: dict[str, Any], load: tuple[list[int] | None, li
     levels, rates, capacity = load
     store.write_study({"kind": "sweep", "profile": redact.profile(prof), "params": params,
                        "levels": levels or prof.bench.levels, "rates": prof.bench.rates if rates is None else rates,
-                       "capacity": capacity, "started_at": time.time()})
+                       "capacity": capacity, "started_at": time.time(), **(info or {})})
     n = len(store.trial_numbers())
     ctx = TrialContext(prof, runner, store, levels=levels, rates=rates, capacity=capacity)
     try:
         with running(store):          # `tunectl check` asks it: this sweep's server is no leftover
             if quiet:
-                return run_trial(ctx, n, params, "sweep"), store
+                return run_trial(ctx, n, params, role), store
             with console.status("planning") as status:
                 def on_event(kind: str, data: dict[str, Any]) -> None:
                     text = progress_text(kind, data)
@@ -353,6 +356,6 @@ def _run(prof: Profile, params: dict[str, Any], load: tuple[list[int] | None, li
                         console.print(f"  {LevelResult.from_dict(lv).load:<7} {lv['status']:<8} "
                                       f"{steady_text(LevelResult.from_dict(lv)):>22} tok/s steady, "
                                       f"{lv['metrics'].get('output_throughput', 0):,.1f} whole run", highlight=False)
-                return run_trial(ctx, n, params, "sweep", on_event), store
+                return run_trial(ctx, n, params, role, on_event), store
     finally:
         runner.close()

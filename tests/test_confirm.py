@@ -1,0 +1,138 @@
+"""`tunectl confirm`: the winner against SGLang's own choice on fresh launches, interleaved W B B W W B and judged in
+pairs, so that a step of the machine between pairs (a real H200 stepped 12% mid-lease) cancels; on the stand-in end
+to end, continued where it stopped, and named by `tunectl best`."""
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.profiles import fast_default
+from tunectl import confirm as cf
+from tunectl.models import LevelResult, TrialResult
+from tunectl.profile import default_profile_path, load_profile
+
+SEEDS = ["--set", "max-running-requests=2048", "--set", "disable-cuda-graph=true",
+         "--set", "moe-runner-backend=flashinfer_cutlass", "--set", "flashinfer-cutlass-autotune=true"]
+
+
+def launch(n: int, side: str, value: float, machine: str = "H200 x1, gpu-a", status: str = "ok") -> TrialResult:
+    lv = LevelResult(64, "ok" if status == "ok" else "crashed", metrics={"output_throughput": value})
+    return TrialResult(trial=n, params={}, status=status, levels=[lv], role=cf.ROLE[side], machine=machine)
+
+
+def test_the_order_puts_every_launch_beside_one_of_the_other_side():
+    assert cf.order(3) == ["winner", "baseline", "baseline", "winner", "winner", "baseline"]
+    assert cf.order(1) == ["winner", "baseline"]
+    runs = [launch(i, s, 100.0) for i, s in enumerate(cf.order(4))]
+    assert [(a.trial, b.trial) for a, b in cf.pairs(runs)] == [(0, 1), (3, 2), (4, 5), (7, 6)]
+
+
+def test_launches_on_another_machine_or_of_one_side_are_not_paired():
+    runs = [launch(0, "winner", 100.0), launch(1, "baseline", 100.0, machine="H100 x1, gpu-b"),
+            launch(2, "baseline", 100.0, machine="H100 x1, gpu-b"), launch(3, "winner", 100.0, machine="H100 x1, gpu-b"),
+            launch(4, "winner", 100.0, machine="H100 x1, gpu-b")]
+    assert [(a.trial, b.trial) for a, b in cf.pairs(runs)] == [(3, 2)]
+
+
+def test_a_step_of_the_machine_hides_a_two_percent_loss_pooled_and_not_paired():
+    """The baseline reads 2% more than the winner in every pair; the machine steps 12% after the second pair. Pooled
+    side by side that is a tie; paired it is the baseline ahead, and the objective says the same."""
+    prof = load_profile(default_profile_path())
+    machine = [1.0, 1.0, 1.12, 1.12, 1.12]
+    runs: list[TrialResult] = []
+    for i, (m, (w, b)) in enumerate(zip(machine, [(0.98, 1.0), (0.981, 1.0), (0.979, 1.0), (0.98, 1.001),
+                                                  (0.98, 0.999)])):
+        first, second = ("winner", "baseline") if i % 2 == 0 else ("baseline", "winner")
+        vals = {"winner": 1000 * m * w, "baseline": 1000 * m * b}
+        runs += [launch(len(runs), first, vals[first]), launch(len(runs) + 1, second, vals[second])]
+    rows = cf.judge(runs, prof)
+    assert [r.label for r in rows] == ["c64", "objective"]
+    for r in rows:
+        assert r.pooled_gain.low < 1 < r.pooled_gain.high                     # pooled: a tie
+        assert r.verdict == "baseline ahead" and r.paired.n == 5
+        assert r.paired.low < 0.98 < r.paired.high < 0.99
+    assert cf.conclusion(rows, "SGLang's own choice").startswith("SGLang's own choice is ahead of the winner: 0.980x")
+
+
+def test_a_crashed_launch_is_left_out_of_the_pairs_and_counted():
+    prof = load_profile(default_profile_path())
+    runs = [launch(0, "winner", 0.0, status="crashed"), launch(1, "baseline", 900.0),
+            launch(2, "baseline", 910.0), launch(3, "winner", 1000.0)]
+    rows = cf.judge(runs, prof)
+    assert rows[0].missing == {"winner": 1, "baseline": 0} and rows[0].paired.n == 1
+    assert rows[0].verdict == "no verdict: one pair"
+
+
+# ----------------------------------------------------------------------------------------- on the stand-in
+@pytest.fixture
+def env(tmp_path):
+    prof, _ = fast_default(tmp_path)
+    return {"profile": str(prof), "results": str(tmp_path / "results")}
+
+
+def tunectl(env, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tunectl", *args, "--results", env["results"]],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_a_config_that_is_faster_is_called_ahead_after_four_pairs(env):
+    """The seeds' flags read ~1.4x SGLang's own choice at 64 streams on the GLM-5 card, whose launches differ by ~7%
+    (its launch noise, independent per launch: pairs do not cancel it, four pairs resolve the gain anyway)."""
+    res = tunectl(env, "confirm", "-p", env["profile"], *SEEDS, "-n", "4", "-c", "64", "--name", "seeds", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["order"] == cf.order(4) and doc["pairs"] == 4 and doc["baseline"] == {}
+    c64, objective = doc["rows"]
+    assert c64["label"] == "c64" and objective["label"] == "objective"
+    assert objective["verdict"] == "winner ahead" and objective["paired"]["low"] > 1.05
+    assert doc["conclusion"].startswith("the winner is ahead of SGLang's own choice: ")
+    on_disk = json.loads((Path(env["results"]) / "seeds" / "confirm.json").read_text())
+    assert on_disk["rows"] == doc["rows"]
+    trials = sorted((Path(env["results"]) / "seeds" / "trials").iterdir(), key=lambda p: int(p.name))
+    roles = [json.loads((p / "trial.json").read_text())["role"] for p in trials]
+    assert roles == [cf.ROLE[s] for s in cf.order(4)]
+
+
+def test_confirm_a_study_continues_where_it_stopped_and_best_names_it(env):
+    done = tunectl(env, "search", "--virtual", "--trials", "4", "--study", "virt", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    winner = json.loads(done.stdout)["best"]["params"]
+    best = tunectl(env, "best", "--study", "virt")
+    assert "not yet confirmed against SGLang's own choice" in best.stdout and "tunectl confirm --study virt" in best.stdout
+    dry = tunectl(env, "confirm", "--study", "virt", "-p", env["profile"], "--dry-run")
+    assert dry.returncode == 0 and "order: W B B W W B (0 measured, 6 to run) -> results/virt-confirm" in dry.stdout
+    one = tunectl(env, "confirm", "--study", "virt", "-p", env["profile"], "-n", "1", "-c", "64")
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert "no verdict yet (one pair" in " ".join(one.stdout.split())
+    two = tunectl(env, "confirm", "--study", "virt", "-p", env["profile"], "-n", "2", "-c", "64", "--json")
+    assert two.returncode == 0, two.stderr[-2000:]
+    doc = json.loads(two.stdout)
+    assert doc["order"] == cf.order(2) and doc["trials"] == [0, 1, 2, 3] and doc["winner"] == winner
+    best = tunectl(env, "best", "--study", "virt")
+    assert f"# tunectl confirm (results/virt-confirm): {doc['conclusion']}" in best.stdout
+    assert json.loads(tunectl(env, "best", "--study", "virt", "-f", "json").stdout)["confirmation"]["pairs"] == 2
+    assert tunectl(env, "report", "--study", "virt").returncode == 0
+    page = (Path(env["results"]) / "virt" / "report.html").read_text()
+    assert "confirmed on fresh launches of one machine, in pairs (results/virt-confirm)" in page
+    assert html.escape(doc["conclusion"]) in page
+    # another config under the same name is refused, not mixed in
+    clash = tunectl(env, "confirm", "-p", env["profile"], *SEEDS, "--name", "virt-confirm")
+    assert clash.returncode == 2 and "results/virt-confirm holds other launches" in clash.stderr
+    assert len(clash.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--against", "nope", "--set", "max-running-requests=64"], "--against: 'nope': must be one of default, baseline"),
+    (["--launches", "0", "--set", "max-running-requests=64"], "--launches: 0: expected 1 or more"),
+    (["--against", "baseline", "--set", "max-running-requests=64"], "--against baseline: needs --study"),
+    (["--set", "max-running-requests=64", "--study", "x"], "--set and --study: give one"),
+    (["--study", "nothing-here"], "--study: 'nothing-here': no such study"),
+])
+def test_bad_input_is_one_line(env, args, says):
+    res = tunectl(env, "confirm", "-p", env["profile"], *args)
+    assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
