@@ -4,13 +4,16 @@
 # Usage: bench/gpu/e2e.sh OUT [PROFILE] [STUDY]     env: TRIALS (12), DEADLINE (epoch s: no launch starts after
 #        DEADLINE - LAUNCH_S), LAUNCH_S (150), KEEP (a folder of an earlier lease's results/, copied in first),
 #        CONFIRM_ONLY=1 (a lease too short for both: no search; the confirmation of the config `tunectl best` names
-#        now, the race's leader when the race has not finished), ORDER ("default winner": the launches, in order)
+#        now, the race's leader when the race has not finished), LAUNCHES (3: of each side, `tunectl confirm`),
+#        ORDER ("default winner": instead, the launches one `sweep` each, in this order, as leases 2 and 3 ran them)
 #   1. `tunectl search` (the same command resumes: the study's results from KEEP continue where they stopped;
 #      with DEADLINE it is stopped by SIGTERM at DEADLINE, as Ctrl-C stops it);
-#   2. once it has a winner: the winner and SGLang's default (the profile's base flags, the space's defaults) on
-#      3 fresh launches each, interleaved W D D W W D so that a drift of the machine hits both, each level
-#      measured by the real sglang.bench_serving with 8 x c requests (bench/gpu/e2e_gain.py pools them).
-#   -> OUT/results/<study>/ (the search), OUT/results/<study>-confirm-{winner,default}-<n>/, OUT/steps.log, OUT/DONE
+#   2. once it has a winner: `tunectl confirm`: the winner and SGLang's own choice (the profile's base flags, no
+#      searched flag set) on LAUNCHES fresh launches each, interleaved W D D W W D so that a drift of the machine
+#      hits both, each level measured by the real sglang.bench_serving with 8 x c requests, judged in pairs.
+#   -> OUT/results/<study>/ (the search), OUT/results/<study>-confirm/ (confirm.json; with ORDER:
+#      OUT/results/<study>-confirm-{winner,default}-<n>/, bench/gpu/e2e_gain.py), OUT/confirm.out, OUT/steps.log,
+#      OUT/DONE
 set -uo pipefail
 out=${1:?usage: $0 OUT [PROFILE] [STUDY]}; prof=${2:-profiles/real-llama8b-h100.yaml}; study=${3:-e2e-llama8b}
 mkdir -p "$out/results"
@@ -45,8 +48,20 @@ mapfile -t win < <(tl best --study "$study" --results "$out/results" --format js
 import json, sys
 for k, v in json.load(sys.stdin)['params'].items(): print('--set'); print(f'{k}={str(v).lower() if isinstance(v, bool) else v}')")
 step "winner ${win[*]}"
+if [ -z "${ORDER:-}" ]; then
+  # `tunectl confirm`: the winner and SGLang's own choice, W D D W W D on fresh launches, judged in pairs
+  # (results/<study>-confirm/confirm.json); stopped by SIGTERM at DEADLINE (the launch under way recorded
+  # interrupted), and the same command continues in the next lease.
+  lim=(); [ -n "${DEADLINE:-}" ] && lim=(timeout -s TERM -k 60 $(( DEADLINE - $(date +%s) )))
+  step "confirm start: ${LAUNCHES:-3} launches each"
+  "${lim[@]}" python3 -c "from tunectl.cli import app; app()" confirm -p "$cprof" --study "$study" \
+    --client bench_serving --launches "${LAUNCHES:-3}" --results "$out/results" > "$out/confirm.out" 2> "$out/confirm.err"
+  step "confirm end exit $? gpu $(nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>&1)"
+  touch "$out/DONE"; exit 0
+fi
+# ORDER given: the launches one `sweep` each, named <study>-confirm-<who>-<n> (leases 2 and 3; bench/gpu/e2e_gain.py)
 n=0
-for who in ${ORDER:-winner default default winner winner default}; do
+for who in $ORDER; do
   n=$((n + 1)); name="$study-confirm-$who-$n"
   [ -d "$out/results/$name" ] && { step "skip $name (measured)"; continue; }
   late && { step "stop before $name: deadline"; break; }
