@@ -126,7 +126,7 @@ def _confirmation(s: dict[str, Any]) -> str:
     if c:
         return (f"<li>confirmed on fresh launches of one machine, in pairs (results/{_e(c['study'])}): "
                 f"<b>{_e(c['conclusion'])}</b></li>")
-    if s.get("kind") == "search" and "confirmation" in s:
+    if s.get("kind") == "search" and "confirmation" in s and not s.get("slurm"):
         return (f"<li>not yet confirmed against SGLang's own choice on fresh launches: "
                 f"<code>tunectl confirm --study {_e(s['study'])}</code></li>")
     return ""

@@ -66,6 +66,8 @@ def test_a_crashed_launch_is_left_out_of_the_pairs_and_counted():
     rows = cf.judge(runs, prof)
     assert rows[0].missing == {"winner": 1, "baseline": 0} and rows[0].paired.n == 1
     assert rows[0].verdict == "no verdict: one pair"
+    said = cf.conclusion(rows, "SGLang's own choice", cf.crashes(runs))
+    assert said.endswith("; the winner crashed in 1 of 2 launches (SGLang's own choice: 0 of 2)")
 
 
 # ----------------------------------------------------------------------------------------- on the stand-in

@@ -112,7 +112,9 @@ def judge(runs: list[TrialResult], prof: Profile) -> list[Row]:
         rows.append(_row(label, wr.readings, r.readings, pv, wr.ok, r.ok))
 
     def obj(t: TrialResult) -> float | None:
-        if t.status != "ok" or not t.levels:
+        # a launch that crashed under load keeps what its stable levels measured (as the search scores it); the
+        # crash itself is the conclusion's to say
+        if t.status not in ("ok", "crashed") or not t.levels:
             return None
         v = score(t, prof).value
         return v if v > 0 else None
@@ -124,17 +126,26 @@ def judge(runs: list[TrialResult], prof: Profile) -> list[Row]:
     return rows
 
 
-def conclusion(rows: list[Row], against: str) -> str:
-    """One sentence on the objective's row."""
+def crashes(runs: list[TrialResult]) -> dict[str, tuple[int, int]]:
+    """Per side: (launches that crashed, launches)."""
+    return {sd: (sum(1 for t in runs if side(t) == sd and t.status == "crashed"),
+                 sum(1 for t in runs if side(t) == sd)) for sd in SIDES}
+
+
+def conclusion(rows: list[Row], against: str, crashed: dict[str, tuple[int, int]] | None = None) -> str:
+    """One sentence on the objective's row, and on the launches that crashed."""
     r = rows[-1]
+    crash = ""
+    if crashed and any(k for k, _ in crashed.values()):
+        (wk, wn), (bk, bn) = crashed["winner"], crashed["baseline"]
+        crash = f"; the winner crashed in {wk} of {wn} launches ({against}: {bk} of {bn})"
     if r.paired is None:
-        return f"no verdict: no pair of launches of the winner and {against} both measured the objective"
+        return f"no verdict: no pair of launches of the winner and {against} both measured the objective{crash}"
     p = r.paired
     said = {"winner ahead": f"the winner is ahead of {against}", "baseline ahead": f"{against} is ahead of the winner",
             "tie": f"the winner ties {against}", "no verdict: one pair": "no verdict yet (one pair: the "
             "launch-to-launch spread is unknown)"}[r.verdict]
-    return f"{said}: {p.value:.3f}x ({p.low:.3f}-{p.high:.3f}, {p.n} pair{'s' if p.n != 1 else ''} of launches)"
-
+    return f"{said}: {p.value:.3f}x ({p.low:.3f}-{p.high:.3f}, {p.n} pair{'s' if p.n != 1 else ''} of launches){crash}"
 
 
 def recorded(root: Any, study: str, params: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,8 +2,9 @@
 machine, interleaved W B B W W B, each level and the objective judged in pairs (tunectl/confirm.py).
 
 Every launch is a trial of results/<study>-confirm (role confirm-winner or confirm-baseline); the same command
-again continues where an interrupted one stopped, and `--launches` more extends it. A crash is a finding, shown
-and left out of the pairs; an infra fault stops with exit 1, the launches so far kept.
+again continues where an interrupted one stopped, and `--launches` more extends it. A crash is a finding: shown as
+it happens and counted in the verdict line (the launch's stable levels still count, as the search scores it); an
+infra fault stops with exit 1, the launches so far kept.
 """
 from __future__ import annotations
 
@@ -171,7 +172,8 @@ def confirm(study: StudyOpt = None,
     doc = {"study": name, "of": of, "against": against, "winner": winner, "baseline": base,
            "order": [cf.side(t) for t in runs], "trials": [t.trial for t in runs], "machines": machines,
            "pairs": len(cf.pairs(runs)), "rows": [r.to_dict() for r in rows],
-           "conclusion": cf.conclusion(rows, _against_label(against)), "finished_at": time.time()}
+           "crashed": {k: v[0] for k, v in cf.crashes(runs).items()},
+           "conclusion": cf.conclusion(rows, _against_label(against), cf.crashes(runs)), "finished_at": time.time()}
     atomic_write(out.dir / "confirm.json", json.dumps(doc, indent=2, default=str))
     if as_json:
         print(json.dumps(doc, indent=2, default=str))

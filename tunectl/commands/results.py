@@ -46,6 +46,11 @@ def _store(study: str | None, root: Path) -> StudyStore:
     return warn_unreadable(StudyStore(study, root))
 
 
+def _on_slurm(study: dict[str, Any]) -> bool:
+    """A study whose trials ran as Slurm jobs (`tunectl confirm` needs one machine: it is not suggested there)."""
+    return ((study.get("profile") or {}).get("host") or {}).get("kind") == "slurm"
+
+
 def warn_unreadable(store: StudyStore) -> StudyStore:
     """A trial record that cannot be read is named on stderr (and left out), never skipped without a word."""
     for path, why in store.unreadable():
@@ -117,6 +122,7 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
         from tunectl.confirm import recorded
 
         r["summary"]["confirmation"] = recorded(store.root, store.name, dict(r["summary"]["best"]["params"]))
+        r["summary"]["slurm"] = _on_slurm(data.study)
     page = render(r)
     atomic_write(path, page)
     console.print(f"report: {path} ({len(data.trials)} trials, {len(page) // 1024} KiB)")
@@ -188,7 +194,7 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
             print(f"# {unfinished(data)}")
         if conf is not None:
             print(f"# tunectl confirm (results/{conf['study']}): {conf['conclusion']}")
-        elif data.study.get("kind", "search") == "search":
+        elif data.study.get("kind", "search") == "search" and not _on_slurm(data.study):
             print(f"# not yet confirmed against SGLang's own choice on fresh launches: `tunectl confirm --study "
                   f"{store.name}`")
         print(s["command"])
