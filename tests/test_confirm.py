@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.profiles import fast_default
 from tunectl import confirm as cf
@@ -138,3 +139,29 @@ def test_confirm_a_study_continues_where_it_stopped_and_best_names_it(env):
 def test_bad_input_is_one_line(env, args, says):
     res = tunectl(env, "confirm", "-p", env["profile"], *args)
     assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_search_confirm_runs_the_confirmation_after_the_race(env, tmp_path):
+    """`tunectl search --confirm 1`: the race's winner, then one launch each of it and SGLang's own choice; the
+    search's JSON carries the confirmation, and `best` names it."""
+    data = yaml.safe_load(Path(env["profile"]).read_text())
+    data["bench"]["levels"] = [16, 64]
+    data["search"]["finalists"] = {"top_k": 1, "reruns": 1}
+    prof = tmp_path / "small.yaml"
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = tunectl(env, "search", "-p", str(prof), "--trials", "2", "--study", "sc", "--confirm", "1", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    conf = out["confirmation"]
+    assert conf["of"] == "sc" and conf["study"] == "sc-confirm" and conf["order"] == ["winner", "baseline"]
+    assert conf["winner"] == out["best"]["params"] and conf["baseline"] == {} and conf["pairs"] == 1
+    assert conf["conclusion"].startswith("no verdict yet (one pair")
+    best = tunectl(env, "best", "--study", "sc")
+    assert f"# tunectl confirm (results/sc-confirm): {conf['conclusion']}" in best.stdout
+
+
+def test_search_confirm_needs_launches():
+    res = subprocess.run([sys.executable, "-m", "tunectl", "search", "--virtual", "--confirm", "2"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2 and "--confirm: 2: the virtual model has no launches to confirm on" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -127,8 +127,17 @@ def confirm(study: StudyOpt = None,
         prof = with_clients(prof, client)
     winner, of, store = _winner(prof, study, set_, root)
     base = _baseline(against, store)
-    if winner == base:
-        raise UsageError(f"{of or '--set'}: the config to confirm is {_against_label(against)} itself "
+    run_confirm(prof, winner, of, base, against, launches, levels, name, root, as_json, dry_run)
+
+
+def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dict[str, Any], against: str,
+                launches: int, levels: list[int] | None, name: str | None, root: Path, as_json: bool,
+                dry_run: bool = False, emit: bool = True) -> dict[str, Any] | None:
+    """The confirmation's launches (those not yet measured under results/<name>), its table and verdict line
+    (printed unless `as_json`, which prints the document), confirm.json written; the document, or None on a dry run.
+    Also what `tunectl search --confirm N` runs after its race (`emit` False: the document is the caller's to print)."""
+    if same_launch(prof, winner, base):
+        raise UsageError(f"{of or '--set'}: the config to confirm launches as {_against_label(against)} does "
                          f"({_flags(winner)}): nothing to compare")
     name = name or (f"{of}-confirm" if of else time.strftime("confirm-%Y%m%d-%H%M%S"))
     check_name(name)
@@ -150,7 +159,7 @@ def confirm(study: StudyOpt = None,
         console.print(f"[bold]baseline[/] ({_against_label(against)}): {_flags(base)}", highlight=False)
         console.print(f"order: {' '.join(s[0].upper() for s in plan)} ({len(done)} measured, {len(todo)} to run) "
                       f"-> results/{name}", highlight=False)
-        return
+        return None
     for i, who in enumerate(todo, len(done) + 1):
         if not as_json:
             console.print(f"[bold]launch {i} of {len(plan)}: {who}[/] "
@@ -176,8 +185,9 @@ def confirm(study: StudyOpt = None,
            "conclusion": cf.conclusion(rows, _against_label(against), cf.crashes(runs)), "finished_at": time.time()}
     atomic_write(out.dir / "confirm.json", json.dumps(doc, indent=2, default=str))
     if as_json:
-        print(json.dumps(doc, indent=2, default=str))
-        return
+        if emit:
+            print(json.dumps(doc, indent=2, default=str))
+        return doc
     show_table(table(rows, against), keep=("level", "verdict"))
     if len(machines) > 1:
         console.print(f"[yellow]the launches ran on {len(machines)} machines: only launches next to each other on "
@@ -185,6 +195,19 @@ def confirm(study: StudyOpt = None,
     console.print(f"[bold]{doc['conclusion']}[/]", highlight=False, soft_wrap=True)
     console.print(f"results: {out.dir} (confirm.json, one trial per launch)", highlight=False, markup=False,
                   soft_wrap=True)
+    return doc
+
+
+def same_launch(prof: Profile, a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two configs launch the same server: the same command, environment and patches (a winner that spells
+    out the profile's base values is the baseline)."""
+    from tunectl.runners.server import plan as plan_mod
+
+    def launch(params: dict[str, Any]) -> tuple[Any, ...]:
+        p = plan_mod.build_plan(prof, params, "same", f"{prof.host.workdir}/same")
+        return p.argv, sorted(p.env.items()), sorted(p.patches)
+
+    return a == b or launch(a) == launch(b)
 
 
 def _rest(plan: list[str], done: list[str]) -> list[str]:

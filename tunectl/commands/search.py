@@ -305,6 +305,8 @@ ParallelOpt = Annotated[int | None, typer.Option(
     "--parallel", help="at most N trials at once (default: one per GPU slot: host.gpus split by "
     "server.gpus_per_trial or tp-size; with --virtual: 1)")]
 RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]
+ConfirmOpt = Annotated[int, typer.Option("--confirm", help="after the race: N fresh launches each of the winner and "
+                                         "SGLang's own choice, interleaved and judged in pairs (tunectl confirm)")]
 WarmOpt = Annotated[str | None, typer.Option(
     "--warm-start", help="start from what study OLD learned (another SGLang version, patches or profile): its "
     "winner and top configs run first, its trials become prior knowledge (docs/versions.md)")]
@@ -315,7 +317,7 @@ WarmOpt = Annotated[str | None, typer.Option(
 def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
            seed: SeedOpt = None, as_json: JsonOpt = False, virtual: VirtualOpt = False,
            root: RootOpt = DEFAULT_ROOT, warm_start: WarmOpt = None, parallel: ParallelOpt = None,
-           rebuild: RebuildOpt = False) -> None:
+           rebuild: RebuildOpt = False, confirm: ConfirmOpt = 0) -> None:
     """Search the profile's flags for the fastest config that does not crash (the same command again resumes)."""
     import optuna
 
@@ -327,7 +329,13 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     if parallel is not None and parallel < 1:
         raise UsageError(f"--parallel: {parallel}: must be a positive number of trials at once (default: one per "
                          "GPU slot)")
+    if confirm < 0 or (confirm and virtual):
+        raise UsageError(f"--confirm: {confirm}: " + ("the virtual model has no launches to confirm on" if virtual
+                                                       else "must be 0 (none) or more fresh launches of each side"))
     prof = get_profile(profile)
+    if confirm and prof.host.kind == "slurm":
+        raise UsageError(f"--confirm: {prof.source or prof.name}: host.kind: slurm: the confirmation's launches are "
+                         "compared in pairs on one machine; run `tunectl confirm` with a profile for one node")
     _warn_unreadable(study, prof, root)
     if rebuild:
         _rebuild(prof, study or prof.name, root, storage)
@@ -346,6 +354,8 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     if as_json:
         out = run_search(prof, trials, study, storage, seed, None, root=root, evaluate=evaluate,
                          warm_start=warm_start, in_memory=virtual, parallel=parallel).to_dict()
+        if confirm and not out.get("stopped"):
+            out["confirmation"] = _confirm_winner(prof, out, confirm, root, as_json=True)
         print(json.dumps(out, indent=2, default=str))
         if out.get("stopped"):
             raise typer.Exit(1)
@@ -356,3 +366,24 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate,
                          warm_start=warm_start, in_memory=virtual, parallel=parallel).to_dict()
     show(out, root)
+    if confirm and not out.get("stopped"):
+        _confirm_winner(prof, out, confirm, root, as_json=False)
+
+
+def _confirm_winner(prof: Any, out: dict[str, Any], launches: int, root: Path, as_json: bool) -> dict[str, Any] | None:
+    """`--confirm N`: the winner against SGLang's own choice (tunectl confirm), when there is a winner that differs
+    from it."""
+    from tunectl.commands.confirm import run_confirm, same_launch
+
+    best = out.get("best") or {}
+    if not best or same_launch(prof, dict(best.get("params") or {}), {}):
+        if not as_json:
+            console.print("--confirm: " + ("no stable configuration to confirm" if not best else
+                                           "the winner launches as SGLang's own choice does (the profile's base "
+                                           "flags): nothing to confirm"), highlight=False)
+        return None
+    if not as_json:
+        console.print(f"[bold]confirming the winner against SGLang's own choice: {launches} fresh launches each[/]",
+                      highlight=False)
+    return run_confirm(prof, dict(best["params"]), out["study"], {}, "default", launches, None, None, root, as_json,
+                       emit=False)
