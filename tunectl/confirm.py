@@ -96,20 +96,19 @@ def judge(runs: list[TrialResult], prof: Profile) -> list[Row]:
     bases = [t for t in runs if side(t) == "baseline"]
     both = pairs(runs)
     rows: list[Row] = []
-    w_rows = {(r.workload, r.load): r for r in summarize(wins)}
-    for r in summarize(bases):
-        wr = w_rows.get((r.workload, r.load))
-        if wr is None:
-            continue
+    by_side = [{(r.workload, r.load): r for r in summarize(ts)} for ts in (wins, bases)]
+    for key in dict.fromkeys([*by_side[1], *by_side[0]]):     # every level either side measured, none hidden
+        wr, br = (d.get(key) for d in by_side)
 
         def at(t: TrialResult) -> float | None:
-            lv = next((lv for lv in t.levels if (lv.workload, lv.load) == (r.workload, r.load)), None)
+            lv = next((lv for lv in t.levels if (lv.workload, lv.load) == key), None)
             got = reading(lv) if lv is not None else None
             return got.value if got is not None and got.value > 0 else None
 
         pv = [(a, b) for a, b in ((at(x), at(y)) for x, y in both) if a and b]
-        label = r.load if len(prof.bench.workloads) < 2 else f"{r.workload} {r.load}"
-        rows.append(_row(label, wr.readings, r.readings, pv, wr.ok, r.ok))
+        label = key[1] if len(prof.bench.workloads) < 2 else f"{key[0]} {key[1]}"
+        rows.append(_row(label, wr.readings if wr else [None] * len(wins), br.readings if br else [None] * len(bases),
+                         pv, wr.ok if wr else [], br.ok if br else []))
 
     def obj(t: TrialResult) -> float | None:
         # a launch that crashed under load keeps what its stable levels measured (as the search scores it); the

@@ -3,7 +3,8 @@
 judged machine by machine (each trial records its machine: launches on two machines are never pooled, since two
 machines of one model can read 20% apart).
 
-Per machine and level:
+Per machine and level, as `tunectl confirm` judges (tunectl/confirm.py `judge`, with the study's profile,
+profiles/real-llama8b-h100.yaml; the last row is its objective):
 - each side's launches pooled into a 95% interval (tunectl.stats.pooled: the launch-to-launch spread, t with n-1
   degrees of freedom) and the conservative gain of the two (tunectl.stats.gain);
 - the paired gain (tunectl.stats.paired_gain): each winner launch with the default launch run next to it (the
@@ -27,27 +28,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tunectl import confirm as cf
-from tunectl.launches import summarize
 from tunectl.models import TrialResult
-from tunectl.stats import Interval, compare, gain, paired_gain
+from tunectl.profile import load_profile
+from tunectl.stats import Interval, compare, paired_gain
 from tunectl.store import StudyStore
+
+PROFILE = load_profile(ROOT / "profiles" / "real-llama8b-h100.yaml")
 
 
 def launches(root: Path, study: str) -> list[tuple[int, str, TrialResult]]:
-    """(place in the run order, "winner" | "default", the launch's trial), in run order."""
+    """(place in the run order, "winner" | "default", the launch's trial), in run order; each trial's role set to
+    its side, as `tunectl confirm` records it."""
     pat = re.compile(rf"^{re.escape(study)}-confirm-(winner|default)-(\d+)$")
     out = []
     for p in root.iterdir():
         if m := pat.match(p.name):
-            out += [(int(m[2]), m[1], t) for t in StudyStore(p.name, root).trials()]
+            for t in StudyStore(p.name, root).trials():
+                t.role = cf.ROLE["winner" if m[1] == "winner" else "baseline"]
+                out.append((int(m[2]), m[1], t))
     return sorted(out, key=lambda x: x[0])
 
 
 def pairs(runs: list[tuple[int, str, TrialResult]]) -> list[tuple[TrialResult, TrialResult]]:
-    """(winner, default) launches run next to each other on one machine, each in one pair at most: `tunectl
-    confirm`'s pairing (tunectl/confirm.py), these launches' sides read from their names."""
-    for _, who, t in runs:
-        t.role = cf.ROLE["winner" if who == "winner" else "baseline"]
+    """(winner, default) launches run next to each other on one machine: `tunectl confirm`'s pairing."""
     return cf.pairs([t for _, _, t in runs])
 
 
@@ -65,32 +68,23 @@ def verdict(p: Interval | None) -> str:
 
 
 def table(runs: list[tuple[int, str, TrialResult]]) -> list[str]:
-    win = [t for _, who, t in runs if who == "winner"]
-    base = [t for _, who, t in runs if who == "default"]
+    """`tunectl confirm`'s rows (tunectl/confirm.py `judge`: each side pooled, the pooled and the paired gain, the
+    verdict), with tokens per joule paired beside them."""
     both = pairs(runs)
     lines = ["| level | winner (95% interval) | default (95% interval) | pooled gain | paired gain (pairs) | "
              "verdict | tok/J paired gain | tok/J verdict |", "|---|---|---|---|---|---|---|---|"]
-    rows_w = {(r.workload, r.load): r for r in summarize(win)}
-    for r in summarize(base):
-        w = rows_w.get((r.workload, r.load))
-        pw, pb = (w.pooled if w else None), r.pooled
-        pooled_gain = gain(pw, pb).text(".3f") if pw and pb and len(w.ok) > 1 and len(r.ok) > 1 else "-"
-        if pooled_gain != "-" and compare(pw, pb) == "tie":
-            pooled_gain += " tie"
-
-        def paired(metric: str, invert: bool = False) -> Interval | None:
-            xs = [(level_value(a, r.load, metric), level_value(b, r.load, metric)) for a, b in both]
-            xs = [(b, a) if invert else (a, b) for a, b in xs if a and b]
-            return paired_gain(xs) if xs else None
-
-        pt = paired("output_throughput")
-        pj = paired("joules_per_output_token", invert=True)     # tokens per joule: the inverse ratio
-        pt_text = "-" if pt is None else f"{pt.text('.3f')} ({pt.n})"
-        lines.append(
-            f"| {r.load} | {'-' if pw is None else pw.text()} ({len(w.ok) if w else 0}) | "
-            f"{'-' if pb is None else pb.text()} ({len(r.ok)}) | {pooled_gain} | "
-            f"{pt_text} | {verdict(pt)} | "
-            f"{'-' if pj is None else pj.text('.3f')} | {verdict(pj)} |")
+    for r in cf.judge([t for _, _, t in runs], PROFILE):
+        pooled_gain = "-" if r.pooled_gain is None else \
+            r.pooled_gain.text(".3f") + (" tie" if compare(r.winner, r.baseline) == "tie" else "")
+        xs = [(level_value(b, r.label, "joules_per_output_token"), level_value(a, r.label, "joules_per_output_token"))
+              for a, b in both]                                  # tokens per joule: the inverse ratio of J/token
+        pj = paired_gain([x for x in xs if x[0] and x[1]]) if any(x[0] and x[1] for x in xs) else None
+        side = {"winner": r.winner, "baseline": r.baseline}
+        cells = [f"{'-' if v is None else v.text(',.0f' if v.value >= 100 else ',.3f')} ({v.n if v else 0})"
+                 for v in side.values()]
+        paired = "-" if r.paired is None else f"{r.paired.text('.3f')} ({r.paired.n})"
+        lines.append(f"| {r.label} | {cells[0]} | {cells[1]} | {pooled_gain} | {paired} | {verdict(r.paired)} | "
+                     f"{'-' if pj is None else pj.text('.3f')} | {verdict(pj)} |")
     return lines
 
 

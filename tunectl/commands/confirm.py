@@ -26,6 +26,7 @@ from tunectl.commands.sweep import _run, parse_levels, parse_sets, with_clients
 from tunectl.errors import UsageError
 from tunectl.models import TrialResult
 from tunectl.profile import Profile
+from tunectl.stats import Interval
 from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, check_name, list_studies
 
 AGAINST = ("default", "baseline")
@@ -79,13 +80,15 @@ def table(rows: list[cf.Row], against: str) -> Table:
     tab = Table(title=f"the winner against {_against_label(against)}, judged in pairs of launches")
     for col in ("level", "winner (95%)", "baseline (95%)", "pooled gain", "paired gain (pairs)", "verdict"):
         tab.add_column(col, justify="left" if col in ("level", "verdict") else "right")
-    def iv(v: Any, f: str = ",.0f") -> str:
-        return "-" if v is None else v.text(",.0f" if abs(v.value) >= 100 else ",.3f") if f == "num" else v.text(f)
+
+    def iv(v: Interval | None, fmt: str | None = None) -> str:
+        """A reading (throughput: no decimals; a small objective, a capacity in req/s: three) or a gain."""
+        return "-" if v is None else v.text(fmt or (",.0f" if abs(v.value) >= 100 else ",.3f"))
 
     for r in rows:
         missing = [f"{n} {k} launch{'es' if n > 1 else ''} not measured" for k, n in r.missing.items() if n]
         miss = f" ({', '.join(missing)})" if missing else ""
-        tab.add_row(r.label, iv(r.winner, "num"), iv(r.baseline, "num"), iv(r.pooled_gain, ".3f"),
+        tab.add_row(r.label, iv(r.winner), iv(r.baseline), iv(r.pooled_gain, ".3f"),
                     "-" if r.paired is None else f"{r.paired.text('.3f')} ({r.paired.n})", r.verdict + miss)
     return tab
 
