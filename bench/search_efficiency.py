@@ -17,7 +17,7 @@ virtual trial held for its modelled duration x PACE), its rows named `tpe xN` be
 a repair step and the crash or log hint it answered) and what came of them (gain, served, crashed, pruned).
     python bench/search_efficiency.py --warm-start 0.5.17 [--profiles profiles/sim-glm5.yaml] [--seeds 10]
         [--old-trials 40] [--trials 40]      # warm vs cold start after an upgrade (bench/warm_start.py)
-    python bench/search_efficiency.py --truth [--seeds 30] [--budget-reruns N] [--noise-launch SD]
+    python bench/search_efficiency.py --truth [--seeds 30] [--budget-reruns N] [--noise-launch SD] [--machine SD]
         # noise on: the winner's true value vs the card's best, the winner's curse (bench/winner_truth.py,
         # docs/search.md); --noise-launch: every card plays that launch spread
     python bench/search_efficiency.py --landscape FILE [--seeds 30]   # on a measured landscape, replayed
@@ -292,6 +292,10 @@ def main() -> None:
                     "launch-to-launch noise (log-normal sd) in place of the card's noise.launch")
     ap.add_argument("--noise-level", type=float, default=None, metavar="SD", help="--truth: every card's "
                     "within-launch noise in place of the card's noise.level")
+    ap.add_argument("--machine", type=float, default=None, metavar="SD", help="--truth: every card's machine "
+                    "changes state (a speed shared by the launches run while it lasts; sim/noise.py) with this sd")
+    ap.add_argument("--machine-launches", type=float, default=None, metavar="N", help="--truth: launches a machine "
+                    "state lasts on average (default: the card's noise.machine_launches)")
     ap.add_argument("--budget-reruns", type=int, default=None, help="--truth: the race's rerun budget (default: "
                     "the profile's search.finalists.budget)")
     ap.add_argument("--no-pool", action="store_true", help="search.pool off: each config ranked on its own readings "

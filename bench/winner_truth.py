@@ -9,10 +9,12 @@ winner's curse (claimed gain / true gain - 1: mean and worst), ties declared, an
 Targets: >= 90% of seeds within 2%, the true gain inside the claimed interval in >= 90%, on every card.
 
     python bench/search_efficiency.py --truth [--profiles all|P1,P2] [--seeds 30] [--trials 40] [--jobs 2]
-        [--budget-reruns N] [--noise-launch SD] [--noise-level SD]
+        [--budget-reruns N] [--noise-launch SD] [--noise-level SD] [--machine SD] [--machine-launches N]
 
 `--noise-launch` / `--noise-level`: every card plays this launch-to-launch / within-launch spread (a log-normal sd,
-e.g. 0.026: what a real-size relaunch showed, docs/real-gpu.md) in place of its own `noise:` fields.
+e.g. 0.026: what a real-size relaunch showed, docs/real-gpu.md) in place of its own `noise:` fields. `--machine`:
+every card's machine also changes state (sim/noise.py `machine_state`: a speed shared by the launches run while it
+lasts, `--machine-launches` on average), as a real H200 did in the middle of ten launches (docs/real-gpu.md).
 """
 from __future__ import annotations
 
@@ -44,7 +46,10 @@ def true_value(path: str, params: dict[str, Any]) -> float:
     return score(res, prof).value if res.status == "ok" else 0.0
 
 
-def one_run(job: tuple[str, int, int, float, int | None, float | None, float | None]) -> dict[str, Any]:
+Job = tuple[str, int, int, float, int | None, float | None, float | None, float | None, float | None]
+
+
+def one_run(job: Job) -> dict[str, Any]:
     """One seed; an exception comes back as a row (a pool worker's unpicklable exception would hang the pool)."""
     try:
         return _one_run(job)
@@ -52,8 +57,8 @@ def one_run(job: tuple[str, int, int, float, int | None, float | None, float | N
         return {"within": False, "claimed": None, "error": f"{type(e).__name__}: {e}"[:300]}
 
 
-def _one_run(job: tuple[str, int, int, float, int | None, float | None, float | None]) -> dict[str, Any]:
-    path, seed, trials, target, budget, launch_sd, level_sd = job
+def _one_run(job: Job) -> dict[str, Any]:
+    path, seed, trials, target, budget, launch_sd, level_sd, machine_sd, machine_launches = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     from bench.search_efficiency import NO_POOL
 
@@ -68,6 +73,10 @@ def _one_run(job: tuple[str, int, int, float, int | None, float | None, float | 
         evaluate.card.noise.launch = launch_sd
     if level_sd is not None:
         evaluate.card.noise.level = level_sd
+    if machine_sd is not None:
+        evaluate.card.noise.machine = machine_sd
+    if machine_launches is not None:
+        evaluate.card.noise.machine_launches = machine_launches
     with tempfile.TemporaryDirectory() as root:
         out = run_search(prof, trials=trials, root=root, evaluate=evaluate, seed=seed, storage_url=url)
     trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
@@ -120,8 +129,8 @@ def main(args: argparse.Namespace, pool: Any) -> None:
     t0 = time.monotonic()
     goal = targets(paths, args, pool)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    jobs = [(p, s, args.trials, goal[p], args.budget_reruns, args.noise_launch, args.noise_level)
-            for p in paths for s in seeds]
+    jobs = [(p, s, args.trials, goal[p], args.budget_reruns, args.noise_launch, args.noise_level,
+             args.machine, args.machine_launches) for p in paths for s in seeds]
     runs = pool.map(one_run, jobs, chunksize=1)
     for j, r in zip(jobs, runs):
         if "error" in r:

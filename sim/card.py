@@ -129,6 +129,15 @@ class Noise(Strict):
         "which move between launches more than graphed steps do (a real H100: docs/landscapes.md); none: `launch`")
     level: float = Field(0.03, ge=0, description="log-normal sd of the speed's drift within a launch")
     period_s: float = Field(10.0, gt=0, description="modeled seconds of work between drift draws")
+    machine: float = Field(
+        0.0, ge=0, description="log-normal sd of the machine's state: a speed every launch on the machine reads alike "
+        "while it lasts (clocks under the power cap, the host's own drift), then another is drawn; fresh launches "
+        "run next to each other share it, launches far apart in the campaign do not. A real H200 read 12% more at "
+        "its busiest level from one launch to the next, for the rest of ten (docs/real-gpu.md, 'The third lease'). "
+        "0: off")
+    machine_launches: float = Field(
+        10.0, ge=1, description="launches a machine state lasts on average (a new one is drawn before a launch with "
+        "probability 1 / this)")
 
 
 class BestStable(Strict):

@@ -50,9 +50,10 @@ class Update:
 
 class Engine:
     def __init__(self, setup: Setup, scale: float, seed: int, log: Log,
-                 on_crash: Callable[[RuntimeCrash], None], noise: float = 1.0, launch: int | str | None = None):
+                 on_crash: Callable[[RuntimeCrash], None], noise: float = 1.0, launch: int | str | None = None,
+                 machine: tuple[int | str, int] | None = None):
         self.setup, self.scale, self.log, self.on_crash = setup, scale, log, on_crash
-        self.sched = Scheduler(setup, seed, noise, launch)
+        self.sched = Scheduler(setup, seed, noise, launch, machine)
         self.queues: dict[int, asyncio.Queue[Update]] = {}
         self.wake = asyncio.Event()
         self.vnow = 0.0                   # modeled seconds: the sum of the steps run so far

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,7 +143,7 @@ async def serve(st: State) -> None:
         st.log("Init torch distributed begin.")
         st.die("startup", refused, "startup")
     await run_startup(st, scale)
-    st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash, ns.sim_noise, launch_key(ns))
+    st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash, ns.sim_noise, launch_key(ns), machine_key(ns))
     loop_task = asyncio.create_task(st.engine.run())
     runner = web.AppRunner(Api(st).app(), access_log=None, handle_signals=False)
     await runner.setup()
@@ -178,6 +179,13 @@ def launch_key(ns: Any) -> str:
     seed alone (a server started by hand)."""
     run = os.environ.get("TUNECTL_RUN_ID", "")
     return f"{ns.sim_seed}:{run.rsplit('-', 1)[0]}" if run else str(ns.sim_seed)
+
+
+def machine_key(ns: Any) -> tuple[int, int]:
+    """The machine state this launch runs in (sim/noise.py `machine_state`): the seed, and tunectl's trial number
+    (the `-t<n>-` of its run id) as the launch's place in the campaign; 0 for a server started by hand."""
+    m = re.search(r"-t(\d+)-[0-9a-f]+$", os.environ.get("TUNECTL_RUN_ID", ""))
+    return ns.sim_seed, int(m[1]) if m else 0
 
 
 def ns_scale(ns: Any) -> float:

@@ -71,7 +71,8 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
                    range_ratio: float = 1.0, turns: int = 1,
                    draw: Callable[[random.Random], tuple[int, int]] | None = None,
                    conversations: Callable[[int, int], list[Conversation]] | None = None,
-                   noise: float = 1.0, sglang_version: str = "0.5.9") -> VirtualLadder:
+                   noise: float = 1.0, sglang_version: str = "0.5.9",
+                   machine: tuple[int | str, int] | None = None) -> VirtualLadder:
     """`range_ratio` < 1: each request's lengths drawn from [len x ratio, len] like `bench_serving
     --random-range-ratio`, so requests do not finish in lockstep waves; `draw(rng)`: (input, output) lengths
     drawn otherwise. `turns` > 1: conversations whose every turn resends the history (the previous prompt, its
@@ -79,7 +80,8 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
     dataset's requests as token ids (their prefixes hashed like the live stand-in's); else synthetic prompts, whose
     random ids share nothing but the shared prefix and the history (so their blocks are named, not hashed).
     `noise`: the card's launch and drift noise x this, seeded by `seed` (0: the noise-free model, the true value).
-    `sglang_version`: the version played (sim/spec.py)."""
+    `sglang_version`: the version played (sim/spec.py). `machine`: the machine state's (key, launch index)
+    (sim/noise.py `machine_state`; default: `seed`'s first)."""
     card = load_card(card) if isinstance(card, str) else card
     setup = resolve(card, config, env, list(patches), sglang_version)
     out = VirtualLadder(startup_s=setup.startup_s(), startup_crash=setup.crash, setup=setup)
@@ -87,7 +89,7 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
         return out
     if setup.spec is not None:
         setup.spec.use_workload(workload_kind)      # the draft's acceptance on this workload (card `speculative:`)
-    sched, rid, rng, convs = Scheduler(setup, seed, noise), itertools.count(), random.Random(seed), itertools.count()
+    sched, rid, rng, convs = Scheduler(setup, seed, noise, machine=machine), itertools.count(), random.Random(seed), itertools.count()
 
     def length(n: int) -> int:
         return n if range_ratio >= 1.0 else rng.randint(max(1, int(n * range_ratio)), n)

@@ -7,7 +7,12 @@ launches: clocks, placement, allocator state) and one redrawn every `noise.perio
 a batch above their max bs) takes its launch factor from `noise.launch_eager` where the card sets it: the same draw
 scaled to that sd, so a slow launch is slow in both modes, eager more so. Draws come from the seed alone and
 the work done, never from wall time: the host's load never changes a reading, and the live stand-in and the
-virtual clock play the same noise for the same seed. `scale` multiplies both (0: the noise-free card).
+virtual clock play the same noise for the same seed. `scale` multiplies all of them (0: the noise-free card).
+
+A third factor belongs to the machine, not the launch (`noise.machine`, off unless the card sets it): the
+machine's state at the launch's place in the campaign, `machine=(key, index)` (the seed, and the launch's index:
+tunectl's trial number). A state lasts `noise.machine_launches` launches on average, so launches run next to each
+other read it alike (a comparison in pairs cancels it) and launches far apart do not.
 """
 from __future__ import annotations
 
@@ -28,12 +33,29 @@ def _draws(key: str, *sds: float) -> tuple[float, ...]:
     return tuple(math.exp(z * sd) if sd > 0 else 1.0 for sd in sds)
 
 
+def machine_state(key: int | str, index: int, sd: float, launches: float) -> float:
+    """The machine's speed factor for the launch at `index` (exp(N(0, sd)), median 1): a new state begins before
+    launch k with probability 1 / `launches` (always at 0), and holds until the next one begins."""
+    if sd <= 0:
+        return 1.0
+    k = max(0, int(index))
+    while k > 0 and random.Random(f"machine-step:{key}:{k}").random() >= 1.0 / launches:
+        k -= 1
+    return _draw(f"machine:{key}:{k}", sd)
+
+
 class Speed:
-    def __init__(self, noise: Noise, seed: int | str, scale: float = 1.0):
+    def __init__(self, noise: Noise, seed: int | str, scale: float = 1.0,
+                 machine: tuple[int | str, int] | None = None):
+        """`machine`: (key, index) of the machine state this launch runs in (`machine_state`); None: the seed's
+        first."""
         self.seed, self.period_ms = seed, noise.period_s * 1000.0
         self.level_sd = noise.level * scale
         eager = noise.launch if noise.launch_eager is None else noise.launch_eager
         self.launch, self.launch_eager = _draws(f"launch:{seed}", noise.launch * scale, eager * scale)
+        key, index = machine if machine is not None else (seed, 0)
+        state = machine_state(key, index, noise.machine * scale, noise.machine_launches)
+        self.launch, self.launch_eager = self.launch * state, self.launch_eager * state
         self.busy_ms = 0.0                # modeled work done so far (noise-free step times)
         self._segment, self._level = -1, 1.0
 

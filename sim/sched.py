@@ -76,11 +76,13 @@ DECODE_OOM_EXC = "RuntimeError: Decode out of memory. Try to lower your batch si
 
 
 class Scheduler:
-    def __init__(self, setup: Setup, seed: int = 0, noise: float = 1.0, launch: int | str | None = None):
-        """`noise`: the card's noise x this (0: noise-free); `launch`: what seeds it (default: `seed`)."""
+    def __init__(self, setup: Setup, seed: int = 0, noise: float = 1.0, launch: int | str | None = None,
+                 machine: tuple[int | str, int] | None = None):
+        """`noise`: the card's noise x this (0: noise-free); `launch`: what seeds it (default: `seed`); `machine`:
+        the machine state's (key, launch index) (sim/noise.py)."""
         self.s = setup
         self.rng = random.Random(seed)
-        self.speed = Speed(setup.card.noise, seed if launch is None else launch, noise)
+        self.speed = Speed(setup.card.noise, seed if launch is None else launch, noise, machine)
         self.waiting: deque[Req] = deque()
         self.running: dict[int, Req] = {}
         self._finish: list[tuple[int, int]] = []

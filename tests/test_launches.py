@@ -58,3 +58,20 @@ def test_a_paired_gain_separates_what_a_shared_drift_hides_from_the_pooled_one()
     assert one.n == 1 and one.low == one.high == pytest.approx(0.98)
     with pytest.raises(ValueError):
         paired_gain([(0.0, 1.0)])
+
+
+def test_pairs_tell_a_fresh_launchs_spread_from_the_machines_drift():
+    """The same launches as above: the pairs' ratios carry only what a fresh launch adds (the wiggle), their
+    means the machine's steps; with no drift the machine's part is 0, below 3 pairs nothing is told."""
+    from tunectl.stats import pair_noise
+
+    machine = [1.0, 0.97, 1.12, 1.11, 1.13]
+    wiggle = [1.004, 0.997, 1.002, 0.998, 1.0]
+    default = [10_000 * m for m in machine]
+    winner = [d * 0.98 * w for d, w in zip(default, wiggle)]
+    launch, drift = pair_noise(list(zip(winner, default)))
+    assert launch < 0.005 and 0.05 < drift < 0.08
+    steady = [(980.0 * w, 1000.0 / w) for w in wiggle]
+    launch, drift = pair_noise(steady)
+    assert 0.002 < launch < 0.01 and drift == 0.0
+    assert pair_noise(steady[:2]) is None

@@ -11,7 +11,9 @@ everything is a tie; within a pair of launches run back to back it cancels.
   on other GPUs is not paired), each launch in one pair at most.
 - `judge(runs, prof)`: per level and for the objective, each side's launches pooled (95% interval), the
   conservative pooled gain and the paired gain (`tunectl.stats.paired_gain`) with its verdict: "winner ahead" or
-  "baseline ahead" only when the paired interval excludes 1, "tie" otherwise, "no verdict" on fewer than 2 pairs.
+  "baseline ahead" only when the paired interval excludes 1, "tie" otherwise, "no verdict" on fewer than 2 pairs;
+  and, from 3 pairs, the noise the pairs tell apart (`tunectl.stats.pair_noise`): what a fresh launch adds and the
+  machine's drift over the run.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from tunectl.launches import reading, summarize
 from tunectl.models import TrialResult
 from tunectl.objective import score
 from tunectl.profile import Profile
-from tunectl.stats import Interval, gain, paired_gain, pooled
+from tunectl.stats import Interval, gain, pair_noise, paired_gain, pooled
 
 SIDES = ("winner", "baseline")
 ROLE = {"winner": "confirm-winner", "baseline": "confirm-baseline"}
@@ -75,6 +77,7 @@ class Row:
     paired: Interval | None
     verdict: str
     missing: dict[str, int]            # launches per side with no reading here (crashed, failed requests, not run)
+    noise: dict[str, float] | None = None   # what the pairs tell apart (3+ pairs): a fresh launch, the machine's drift
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (v.to_dict() if isinstance(v, Interval) else v) for k, v in self.__dict__.items()}
@@ -85,8 +88,10 @@ def _row(label: str, w: list[float | None], b: list[float | None], pair_values: 
     pw, pb = (pooled(w_iv) if w_iv else None), (pooled(b_iv) if b_iv else None)
     pg = gain(pw, pb) if pw and pb and len(w_iv) > 1 and len(b_iv) > 1 else None
     pp = paired_gain(pair_values) if pair_values else None
+    sds = pair_noise(pair_values)
     return Row(label, pw, pb, pg, pp, verdict(pp),
-               {"winner": sum(v is None for v in w), "baseline": sum(v is None for v in b)})
+               {"winner": sum(v is None for v in w), "baseline": sum(v is None for v in b)},
+               None if sds is None else {"launch": sds[0], "machine": sds[1]})
 
 
 def judge(runs: list[TrialResult], prof: Profile) -> list[Row]:
@@ -123,6 +128,16 @@ def judge(runs: list[TrialResult], prof: Profile) -> list[Row]:
     rows.append(_row("objective", w_obj, b_obj, pv, [Interval.of(v, None) for v in w_obj if v],
                      [Interval.of(v, None) for v in b_obj if v]))
     return rows
+
+
+def noise_line(rows: list[Row]) -> str | None:
+    """The objective's spread as the pairs tell it apart: what a fresh launch adds, and the machine's drift over
+    the run (which the pairs cancel and pooled intervals do not)."""
+    n = rows[-1].noise if rows else None
+    if n is None:
+        return None
+    return (f"noise (objective, {rows[-1].paired.n if rows[-1].paired else 0} pairs): a fresh launch "
+            f"{n['launch']:.1%}, the machine's drift over the run {n['machine']:.1%} (cancelled within a pair)")
 
 
 def crashes(runs: list[TrialResult]) -> dict[str, tuple[int, int]]:

@@ -99,6 +99,19 @@ def gain(a: Interval, base: Interval) -> Interval:
     return Interval(a.value / base.value, a.low / base.high, a.high / base.low, min(a.n, base.n))
 
 
+def pair_noise(pairs: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """What pairs of launches run back to back tell apart (relative log sds; None below 3 pairs): `launch`, what a
+    fresh launch adds (the sd of the pairs' log ratios / sqrt 2: a drift of the machine cancels within a pair), and
+    `machine`, the machine's drift over the run (the sd of the pairs' log means, less the half of the launch spread
+    that is in it; 0 where the launches explain it all)."""
+    logs = [(math.log(a), math.log(b)) for a, b in pairs if a > 0 and b > 0]
+    if len(logs) < 3:
+        return None
+    launch = stdev([a - b for a, b in logs]) / math.sqrt(2)
+    machine = math.sqrt(max(0.0, stdev([(a + b) / 2 for a, b in logs]) ** 2 - launch ** 2 / 2))
+    return launch, machine
+
+
 def paired_gain(pairs: list[tuple[float, float]]) -> Interval:
     """(a, b) readings of launches run back to back: a / b as the geometric mean of the pairs' ratios, with the
     95% Student-t interval of the mean log ratio (n - 1 degrees of freedom; a single pair is a point)."""

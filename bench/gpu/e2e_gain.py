@@ -13,7 +13,9 @@ profiles/real-llama8b-h100.yaml; the last row is its objective):
   from its fifth launch on, both sides alike) widens the pooled intervals but cancels within a pair, so the
   verdict is the paired one: "winner ahead" or "default ahead" when its interval excludes 1, else a tie; no
   verdict on one pair.
-The same for output tokens per joule where the levels measured the board's power. Also what the search itself
+The same for output tokens per joule where the levels measured the board's power. From 3 pairs, the noise the pairs
+tell apart (tunectl.stats.pair_noise): what a fresh launch adds (the pairs' ratios) and the machine's drift over the
+run (the pairs' means), the sds a card's `noise.launch` and `noise.machine` play (sim/noise.py). Also what the search itself
 claimed is not printed here: `tunectl best` says it.
 
     python bench/gpu/e2e_gain.py RESULTS [STUDY]      (default study: e2e-llama8b)
@@ -72,7 +74,8 @@ def table(runs: list[tuple[int, str, TrialResult]]) -> list[str]:
     verdict), with tokens per joule paired beside them."""
     both = pairs(runs)
     lines = ["| level | winner (95% interval) | default (95% interval) | pooled gain | paired gain (pairs) | "
-             "verdict | tok/J paired gain | tok/J verdict |", "|---|---|---|---|---|---|---|---|"]
+             "verdict | tok/J paired gain | tok/J verdict | a fresh launch | the machine's drift |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in cf.judge([t for _, _, t in runs], PROFILE):
         pooled_gain = "-" if r.pooled_gain is None else \
             r.pooled_gain.text(".3f") + (" tie" if compare(r.winner, r.baseline) == "tie" else "")
@@ -84,7 +87,8 @@ def table(runs: list[tuple[int, str, TrialResult]]) -> list[str]:
                  for v in side.values()]
         paired = "-" if r.paired is None else f"{r.paired.text('.3f')} ({r.paired.n})"
         lines.append(f"| {r.label} | {cells[0]} | {cells[1]} | {pooled_gain} | {paired} | {verdict(r.paired)} | "
-                     f"{'-' if pj is None else pj.text('.3f')} | {verdict(pj)} |")
+                     f"{'-' if pj is None else pj.text('.3f')} | {verdict(pj)} | "
+                     + (" - | - |" if r.noise is None else f"{r.noise['launch']:.1%} | {r.noise['machine']:.1%} |"))
     return lines
 
 

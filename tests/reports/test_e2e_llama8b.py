@@ -177,3 +177,6 @@ def test_the_third_lease_ties_sglangs_own_choice_on_throughput_once_paired():
     lo, hi = (float(x) for x in re.search(r"\(([\d.]+)-([\d.]+)\)", rows["c16"][4]).groups())
     assert 0.96 < lo < hi < 1.0
     assert rows["c64"][7] == "winner ahead"                    # per joule at 64: the leader's FP8 KV draws less
+    # what the pairs tell apart at 256 streams: a fresh launch adds under 2.5%, the machine drifted over 5%
+    launch, drift = (float(rows["c256"][k].rstrip("%")) for k in (8, 9))
+    assert launch < 2.5 and drift > 5.0 and drift > 3 * launch

@@ -7,7 +7,8 @@ import statistics
 
 from tunectl.sim.card import Noise
 from tunectl.sim.model import virtual_ladder
-from tunectl.sim.noise import Speed
+from tunectl.sim.noise import Speed, machine_state
+from tunectl.stats import pair_noise
 
 CARD = "glm5-nvfp4-8x-rtx-pro-6000"
 SEEDS_CFG = {"disable-cuda-graph": True, "max-running-requests": 2048, "disable-radix-cache": True}
@@ -68,3 +69,58 @@ def test_on_the_fitted_h100_card_eager_configs_spread_wider_between_launches_tha
     eager = peaks({"cuda-graph-backend-decode": "disabled"})
     rel = lambda xs: statistics.stdev(xs) / statistics.fmean(xs)      # noqa: E731
     assert rel(eager) > 3 * rel(graphed)
+
+
+def test_the_machine_state_holds_for_launches_next_to_each_other_and_changes_over_a_campaign() -> None:
+    """`noise.machine` (a real H200 stepped 12% at 256 streams mid-lease): launch k reads the state begun at the
+    last step before it, a new one about every `machine_launches` launches; off (1.0) unless the card sets it."""
+    states = [machine_state("s", k, 0.07, 6) for k in range(3000)]
+    runs = [k for k in range(1, 3000) if states[k] != states[k - 1]]
+    assert 3000 / 6 * 0.8 < len(runs) < 3000 / 6 * 1.2                   # a step every ~6 launches
+    distinct = [states[0]] + [states[k] for k in runs]
+    assert 0.06 < statistics.pstdev(math.log(x) for x in distinct) < 0.08
+    assert machine_state("s", 12, 0.07, 6) == states[12]                  # the same seed, the same campaign
+    assert machine_state("s", 12, 0.0, 6) == 1.0 and Noise().machine == 0.0
+    plain = Speed(Noise(launch=0.02, level=0.0), 5)
+    assert plain.launch == Speed(Noise(launch=0.02, level=0.0), 5, machine=("s", 12)).launch
+
+
+def test_pairs_of_stand_in_launches_cancel_the_machines_drift_and_measure_it() -> None:
+    """Two configs (the autotune patch on and off) launched W B B W ... on a machine that drifts (the card's launch
+    sd 2%, machine 8%, a state every 8 launches): the pairs' means read the drift and their ratios the launch
+    spread (at least the card's; a step between a pair's two launches counts there too), and the paired gain stays
+    within 2% of the noise-free one."""
+    from tunectl.sim.model import load_card
+
+    card = load_card(CARD).model_copy(deep=True)
+    card.noise.launch, card.noise.level, card.noise.machine, card.noise.machine_launches = 0.02, 0.0, 0.08, 8
+
+    def peak(patches: list[str], k: int, noise: float = 1.0) -> float:
+        return virtual_ladder(card, SEEDS_CFG, patches=patches, seed=1000 + k, noise=noise, levels=[256],
+                              min_prompts=2, machine=("m", k)).best
+
+    order = [i for p in range(60) for i in ((0, 1) if p % 2 == 0 else (1, 0))]
+    sides = (AUTOTUNE, [])
+    reads = [peak(sides[c], k) for k, c in enumerate(order)]
+    pairs = [(reads[k], reads[k + 1]) if order[k] == 0 else (reads[k + 1], reads[k]) for k in range(0, 120, 2)]
+    launch, drift = pair_noise(pairs)
+    assert 0.017 < launch < 0.045 and 0.05 < drift < 0.11
+    true = peak(AUTOTUNE, 0, 0.0) / peak([], 0, 0.0)
+    assert true > 1.1
+    paired = math.exp(statistics.fmean(math.log(a / b) for a, b in pairs))
+    assert abs(paired / true - 1) < 0.02
+
+
+def test_the_live_server_takes_its_place_in_the_campaign_from_tunectls_run_id(monkeypatch) -> None:
+    """The live stand-in's machine state is indexed by tunectl's trial (the `-t<n>-` of TUNECTL_RUN_ID), as the
+    virtual clock's is by `n`: a study's launches on the stand-in drift as the virtual ones do."""
+    from types import SimpleNamespace
+
+    from tunectl.runners.server.plan import make_run_id
+    from tunectl.sim.launch_server import machine_key
+
+    ns = SimpleNamespace(sim_seed=3)
+    monkeypatch.setenv("TUNECTL_RUN_ID", make_run_id("my-study-t9", 17))
+    assert machine_key(ns) == (3, 17)
+    monkeypatch.delenv("TUNECTL_RUN_ID")
+    assert machine_key(ns) == (3, 0)

@@ -195,6 +195,8 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
     if len(machines) > 1:
         console.print(f"[yellow]the launches ran on {len(machines)} machines: only launches next to each other on "
                       "one machine are paired[/]", highlight=False)
+    if line := cf.noise_line(rows):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"[bold]{doc['conclusion']}[/]", highlight=False, soft_wrap=True)
     console.print(f"results: {out.dir} (confirm.json, one trial per launch)", highlight=False, markup=False,
                   soft_wrap=True)

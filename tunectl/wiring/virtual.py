@@ -39,7 +39,7 @@ class VirtualEvaluator:
         res = TrialResult(trial=n, status="ok", params=dict(params), role=role, host="virtual")
         for wl in self.prof.bench.workloads:
             lad = virtual_ladder(self.card, flags, env, patches, levels=self.prof.bench.levels,
-                                 seed=self.seed * 100003 + n, noise=self.noise,
+                                 seed=self.seed * 100003 + n, noise=self.noise, machine=(self.seed, n),
                                  sglang_version=self.prof.server.sglang_version or "0.5.9", **self._workload(wl))
             if not self._add(res, lad, wl.label, should_prune):
                 break
@@ -113,7 +113,8 @@ class VirtualEvaluator:
         if lad.startup_crash is not None:
             res.status, res.crash = "crashed", read_log(lad).crash_info("startup", None, KILLED)
             return res
-        sched, cap = Scheduler(lad.setup, self.seed * 100003 + n, self.noise), self.prof.objective.capacity
+        sched, cap = Scheduler(lad.setup, self.seed * 100003 + n, self.noise,
+                                machine=(self.seed, n)), self.prof.objective.capacity
         obj = self.prof.objective
         br = bracket(lambda load: virtual_probe(self.prof, sched, load, res), cap.start, cap.tolerance,
                      cap.max_probes)
