@@ -124,8 +124,9 @@ def _confirmation(s: dict[str, Any]) -> str:
     """`tunectl confirm`'s verdict on the winner (a search's report only)."""
     c = s.get("confirmation")
     if c:
+        noise = c.get("noise_line")
         return (f"<li>confirmed on fresh launches of one machine, in pairs (results/{_e(c['study'])}): "
-                f"<b>{_e(c['conclusion'])}</b></li>")
+                f"<b>{_e(c['conclusion'])}</b>{'; ' + _e(noise) if noise else ''}</li>")
     if s.get("kind") == "search" and "confirmation" in s and not s.get("slurm"):
         return (f"<li>not yet confirmed against SGLang's own choice on fresh launches: "
                 f"<code>tunectl confirm --study {_e(s['study'])}</code></li>")

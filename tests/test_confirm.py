@@ -117,13 +117,22 @@ def test_confirm_a_study_continues_where_it_stopped_and_best_names_it(env):
     assert two.returncode == 0, two.stderr[-2000:]
     doc = json.loads(two.stdout)
     assert doc["order"] == cf.order(2) and doc["trials"] == [0, 1, 2, 3] and doc["winner"] == winner
+    assert doc["rows"][-1]["noise"] is None                   # two pairs: too few to tell the noise apart
+    three = tunectl(env, "confirm", "--study", "virt", "-p", env["profile"], "-n", "3", "-c", "64")
+    assert three.returncode == 0, three.stderr[-2000:]
+    doc = json.loads((Path(env["results"]) / "virt-confirm" / "confirm.json").read_text())
+    assert doc["trials"] == [0, 1, 2, 3, 4, 5] and doc["pairs"] == 3
+    noise = doc["rows"][-1]["noise"]
+    line = f"noise (objective, 3 pairs): a fresh launch {noise['launch']:.1%}, the machine's drift over the run"
+    assert line in " ".join(three.stdout.split())
     best = tunectl(env, "best", "--study", "virt")
     assert f"# tunectl confirm (results/virt-confirm): {doc['conclusion']}" in best.stdout
-    assert json.loads(tunectl(env, "best", "--study", "virt", "-f", "json").stdout)["confirmation"]["pairs"] == 2
+    assert f"# {line}" in best.stdout
+    assert json.loads(tunectl(env, "best", "--study", "virt", "-f", "json").stdout)["confirmation"]["pairs"] == 3
     assert tunectl(env, "report", "--study", "virt").returncode == 0
     page = (Path(env["results"]) / "virt" / "report.html").read_text()
     assert "confirmed on fresh launches of one machine, in pairs (results/virt-confirm)" in page
-    assert html.escape(doc["conclusion"]) in page
+    assert html.escape(doc["conclusion"]) in page and html.escape(line) in page
     # another config under the same name is refused, not mixed in
     clash = tunectl(env, "confirm", "-p", env["profile"], *SEEDS, "--name", "virt-confirm")
     assert clash.returncode == 2 and "results/virt-confirm holds other launches" in clash.stderr

@@ -130,14 +130,17 @@ def judge(runs: list[TrialResult], prof: Profile) -> list[Row]:
     return rows
 
 
-def noise_line(rows: list[Row]) -> str | None:
+def noise_line(rows: list[Row] | list[dict[str, Any]]) -> str | None:
     """The objective's spread as the pairs tell it apart: what a fresh launch adds, and the machine's drift over
-    the run (which the pairs cancel and pooled intervals do not)."""
-    n = rows[-1].noise if rows else None
-    if n is None:
+    the run (which the pairs cancel and pooled intervals do not); `rows` as judged or as confirm.json keeps them."""
+    last = rows[-1] if rows else None
+    row = last.to_dict() if isinstance(last, Row) else last
+    n = (row or {}).get("noise")
+    if not n:
         return None
-    return (f"noise (objective, {rows[-1].paired.n if rows[-1].paired else 0} pairs): a fresh launch "
-            f"{n['launch']:.1%}, the machine's drift over the run {n['machine']:.1%} (cancelled within a pair)")
+    pairs = ((row or {}).get("paired") or {}).get("n", 0)
+    return (f"noise (objective, {pairs} pairs): a fresh launch {n['launch']:.1%}, the machine's drift over the run "
+            f"{n['machine']:.1%} (cancelled within a pair)")
 
 
 def crashes(runs: list[TrialResult]) -> dict[str, tuple[int, int]]:
