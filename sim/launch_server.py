@@ -143,7 +143,8 @@ async def serve(st: State) -> None:
         st.log("Init torch distributed begin.")
         st.die("startup", refused, "startup")
     await run_startup(st, scale)
-    st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash, ns.sim_noise, launch_key(ns), machine_key(ns))
+    st.engine = Engine(st.setup, scale, ns.sim_seed, st.log, st.on_runtime_crash, ns.sim_noise, launch_key(ns),
+                       machine_key(ns))
     loop_task = asyncio.create_task(st.engine.run())
     runner = web.AppRunner(Api(st).app(), access_log=None, handle_signals=False)
     await runner.setup()

@@ -89,7 +89,8 @@ def virtual_ladder(card: Card | str, config: dict[str, Any], env: dict[str, str]
         return out
     if setup.spec is not None:
         setup.spec.use_workload(workload_kind)      # the draft's acceptance on this workload (card `speculative:`)
-    sched, rid, rng, convs = Scheduler(setup, seed, noise, machine=machine), itertools.count(), random.Random(seed), itertools.count()
+    sched, rng = Scheduler(setup, seed, noise, machine=machine), random.Random(seed)
+    rid, convs = itertools.count(), itertools.count()
 
     def length(n: int) -> int:
         return n if range_ratio >= 1.0 else rng.randint(max(1, int(n * range_ratio)), n)

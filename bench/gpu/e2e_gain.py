@@ -15,8 +15,8 @@ profiles/real-llama8b-h100.yaml; the last row is its objective):
   verdict on one pair.
 The same for output tokens per joule where the levels measured the board's power. From 3 pairs, the noise the pairs
 tell apart (tunectl.stats.pair_noise): what a fresh launch adds (the pairs' ratios) and the machine's drift over the
-run (the pairs' means), the sds a card's `noise.launch` and `noise.machine` play (sim/noise.py). Also what the search itself
-claimed is not printed here: `tunectl best` says it.
+run (the pairs' means), the sds a card's `noise.launch` and `noise.machine` play (sim/noise.py). What the search
+itself claimed is not printed here: `tunectl best` says it.
 
     python bench/gpu/e2e_gain.py RESULTS [STUDY]      (default study: e2e-llama8b)
 """
@@ -88,7 +88,7 @@ def table(runs: list[tuple[int, str, TrialResult]]) -> list[str]:
         paired = "-" if r.paired is None else f"{r.paired.text('.3f')} ({r.paired.n})"
         lines.append(f"| {r.label} | {cells[0]} | {cells[1]} | {pooled_gain} | {paired} | {verdict(r.paired)} | "
                      f"{'-' if pj is None else pj.text('.3f')} | {verdict(pj)} | "
-                     + (" - | - |" if r.noise is None else f"{r.noise['launch']:.1%} | {r.noise['machine']:.1%} |"))
+                     + ("- | - |" if r.noise is None else f"{r.noise['launch']:.1%} | {r.noise['machine']:.1%} |"))
     return lines
 
 

@@ -180,3 +180,16 @@ def test_the_third_lease_ties_sglangs_own_choice_on_throughput_once_paired():
     # what the pairs tell apart at 256 streams: a fresh launch adds under 2.5%, the machine drifted over 5%
     launch, drift = (float(rows["c256"][k].rstrip("%")) for k in (8, 9))
     assert launch < 2.5 and drift > 5.0 and drift > 3 * launch
+
+
+def test_the_8b_cards_noise_is_what_lease_3s_pairs_measured():
+    """The stand-in's 8B H200 card plays the noise its real twin showed (docs/sim.md, "Noise"): its machine state is
+    the drift the pairs read at 256 streams, its launch spread within what they read for a fresh launch."""
+    from tunectl.sim.model import load_card
+
+    [rows] = [r for h, r in gain_script().items() if "H200" in h]
+    launches = [float(rows[c][8].rstrip("%")) for c in ("c16", "c64", "c256")]
+    drift = float(rows["c256"][9].rstrip("%"))
+    noise = load_card("llama31-8b-h200").noise
+    assert abs(noise.machine * 100 - drift) < 0.1
+    assert min(launches) <= noise.launch * 100 <= max(launches)

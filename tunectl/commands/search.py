@@ -371,7 +371,8 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         _confirm_winner(prof, out, confirm, root, as_json=False)
 
 
-def _confirm_winner(prof: Profile, out: dict[str, Any], launches: int, root: Path, as_json: bool) -> dict[str, Any] | None:
+def _confirm_winner(prof: Profile, out: dict[str, Any], launches: int, root: Path,
+                    as_json: bool) -> dict[str, Any] | None:
     """`--confirm N`: the winner against SGLang's own choice (tunectl confirm), when there is a winner that differs
     from it."""
     from tunectl.commands.confirm import run_confirm, same_launch
