@@ -16,6 +16,12 @@ the noise, until the leader's interval separates from the rest or the rerun budg
   that crashes demotes its config.
 - The winner is the best-ranked confirmed config (two or more launches, none crashed), never a single reading; the
   configs whose intervals still overlap the winner's are tied with it and named.
+- Launches on more than one machine (the trials' recorded `machine`: a study resumed on another host or GPU, or
+  slots on different cards): the same config can read 2-18% apart on two H100s of one model (docs/real-gpu.md, the
+  end-to-end search), so a config re-run only on the slower machine would rank below one read only on the faster.
+  Where configs read on both link the machines, each machine's level is taken out first (log value = config +
+  machine, least squares over the linked launches, `machine_terms`): every launch is put on the scale of the
+  machine with the most launches, and the race's means, intervals, ranking and gain are on that scale.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from tunectl.stats import Interval, compare, t95
 
 ROUND = 3               # contenders re-run per round (the highest upper bounds): successive halving, not all at once
 PRIOR_DF = 4            # the prior spread counts as this many launches' worth of evidence
+MIN_LINKS = 2           # configs read on two machines before their levels are taken out (one: its noise decides)
 RULE = ("every config whose 95% interval overlaps the leader's is re-run on fresh launches until the leader "
         "separates or the rerun budget is spent; the winner is the best mean over two or more launches")
 POOLED = ("every config whose 95% interval overlaps the leader's is re-run on fresh launches until the leader "
@@ -38,9 +45,23 @@ POOLED = ("every config whose 95% interval overlaps the leader's is re-run on fr
           "those with two or more launches, its number the mean of its own launches")
 
 
+MACHINES = ("; launches ran on {n} machines: each machine's level taken out, every number on the scale of the one "
+            "with the most launches ({terms}; from {linked} configs read on more than one)")
+
+
 def rule(st: "Standings") -> str:
     """The rule the race ran by, as the closing lines and best.json print it."""
-    return POOLED.format(misfit=st.misfit) if math.isfinite(st.misfit) else RULE
+    out = POOLED.format(misfit=st.misfit) if math.isfinite(st.misfit) else RULE
+    if st.machines:
+        ref = next(m for m, v in st.machines.items() if v == 0.0)
+        terms = ", ".join(f"{_short(m)} {math.exp(v) - 1:+.1%}" for m, v in st.machines.items() if v != 0.0)
+        out += MACHINES.format(n=len(st.machines), terms=f"{terms} against {_short(ref)}", linked=st.linked)
+    return out
+
+
+def _short(machine: str) -> str:
+    """A machine's name in the rule: its last part (the GPU's id), or 'not recorded'."""
+    return machine.rsplit(", ", 1)[-1] if machine else "not recorded"
 
 
 @dataclass
@@ -52,6 +73,7 @@ class Entry:
     values: list[float] = field(default_factory=list)
     halves: list[float] = field(default_factory=list)   # each launch's own 95% half-width, relative
     runs: list[int] = field(default_factory=list)       # the trials of those launches
+    machines: list[str] = field(default_factory=list)   # the machine each launch ran on ("": not recorded)
     pending: int = 0                                    # reruns queued or running
     crashed: FrozenTrial | None = None                  # the first rerun that crashed: the config is demoted
     interval: Interval = field(default_factory=lambda: Interval(0.0, 0.0, 0.0, 0))   # its own launches
@@ -89,6 +111,8 @@ class Standings:
     noise: float                          # the relative launch-to-launch sd the intervals use
     noise_df: int                         # launches' worth of evidence the study measured it from (prior excluded)
     misfit: float = math.inf              # the value model's log error for a config it did not see (pooling)
+    machines: dict[str, float] = field(default_factory=dict)   # machine -> its log level (the reference 0); {}: one
+    linked: int = 0                       # configs read on more than one of those machines
 
     @property
     def leader(self) -> Entry | None:
@@ -121,15 +145,20 @@ def standings(trials: list[FrozenTrial], configs: list[FrozenTrial], prior: floa
     for c in configs:
         e = Entry(c.number, dict(c.params))
         e.values, e.halves, e.runs = [_value(c)[0]], [_value(c)[1]], [c.number]
+        e.machines = [str(c.user_attrs.get("machine") or "")]
         for r in (r for r in trials if is_rerun(r, c.number)):
             if r.state in (TrialState.WAITING, TrialState.RUNNING):
                 e.pending += 1
             elif r.state == TrialState.COMPLETE and feasible(r) and r.values and r.values[0] > 0:
                 v, h = _value(r)
                 e.values.append(v), e.halves.append(h), e.runs.append(r.number)
+                e.machines.append(str(r.user_attrs.get("machine") or ""))
             elif r.state in (TrialState.COMPLETE, TrialState.PRUNED) and e.crashed is None:
                 e.crashed = r
         entries.append(e)
+    terms, linked = machine_terms([e for e in entries if e.alive])
+    for e in entries:  # every launch on the reference machine's scale (its level taken out); one machine: as read
+        e.values = [v * math.exp(-terms.get(m, 0.0)) for v, m in zip(e.values, e.machines)]
     noise, df = launch_noise(entries, prior)
     for e in entries:
         e.interval = interval(e, noise, df)
@@ -142,7 +171,51 @@ def standings(trials: list[FrozenTrial], configs: list[FrozenTrial], prior: floa
                 h = t95(df + PRIOR_DF) * got[1]
                 e.pooled = Interval(math.exp(got[0]), math.exp(got[0] - h), math.exp(got[0] + h), e.n)
     entries.sort(key=lambda e: (not e.alive, -e.estimate))
-    return Standings(entries, noise, df, tau)
+    return Standings(entries, noise, df, tau, terms, linked)
+
+
+def machine_terms(entries: list[Entry], rounds: int = 50) -> tuple[dict[str, float], int]:
+    """Each machine's log level against the machine with the most launches (0), from log value = config + machine
+    fitted by least squares (alternating means) on the launches of the configs read on more than one machine (a
+    config read on one tells nothing of the machines), over the machines they link to it; and how many configs
+    link them. ({}, 0): one machine, or fewer than MIN_LINKS configs link any two."""
+    count: dict[str, int] = {}
+    for e in entries:
+        for m in e.machines:
+            count[m] = count.get(m, 0) + 1
+    if len(count) < 2:
+        return {}, 0
+    ref = max(count, key=lambda m: (count[m], m))
+    links = [e for e in entries if len(set(e.machines)) > 1 and min(e.values) > 0]
+    group, grew = {ref}, True            # the machines linked to the reference
+    while grew:
+        grew = False
+        for e in links:
+            ms = set(e.machines)
+            if ms & group and not ms <= group:
+                group |= ms
+                grew = True
+    linked = sum(1 for e in links if len(set(e.machines) & group) > 1)
+    if len(group) < 2 or linked < MIN_LINKS:
+        return {}, 0
+    data = [(i, m, math.log(v)) for i, e in enumerate(links) if len(set(e.machines) & group) > 1
+            for v, m in zip(e.values, e.machines) if m in group]
+    level = {m: 0.0 for m in group}
+    for _ in range(rounds):
+        sums: dict[int, list[float]] = {}
+        for i, m, y in data:
+            sums.setdefault(i, []).append(y - level[m])
+        cfg = {i: fmean(ys) for i, ys in sums.items()}
+        by: dict[str, list[float]] = {}
+        for i, m, y in data:
+            by.setdefault(m, []).append(y - cfg[i])
+        new = {m: fmean(ys) for m, ys in by.items()}
+        new = {m: v - new[ref] for m, v in new.items()}
+        done = max(abs(new[m] - level[m]) for m in group) < 1e-9
+        level = new
+        if done:
+            break
+    return level, linked
 
 
 def launch_noise(entries: list[Entry], prior: float) -> tuple[float, int]:

@@ -5,7 +5,8 @@
 #        DEADLINE - LAUNCH_S), LAUNCH_S (150), KEEP (a folder of an earlier lease's results/, copied in first),
 #        CONFIRM_ONLY=1 (a lease too short for both: no search; the confirmation of the config `tunectl best` names
 #        now, the race's leader when the race has not finished), LAUNCHES (3: of each side, `tunectl confirm`),
-#        ORDER ("default winner": instead, the launches one `sweep` each, in this order, as leases 2 and 3 ran them)
+#        ORDER ("default winner": instead, the launches one `sweep` each, in this order, as leases 2 and 3 ran them),
+#        SEARCH_ONLY=1 (no confirmation: the lease goes on to other work once the search and its race are done)
 #   1. `tunectl search` (the same command resumes: the study's results from KEEP continue where they stopped;
 #      with DEADLINE it is stopped by SIGTERM at DEADLINE, as Ctrl-C stops it);
 #   2. once it has a winner: `tunectl confirm`: the winner and SGLang's own choice (the profile's base flags, no
@@ -33,7 +34,7 @@ lim=(); [ -n "${DEADLINE:-}" ] && lim=(timeout -s TERM -k 60 $(( DEADLINE - $(da
 "${lim[@]}" python3 -c "from tunectl.cli import app; app()" search -p "$prof" --study "$study" --trials "${TRIALS:-12}" --results "$out/results" --json \
   > "$out/search.json" 2> "$out/search.err"
 rc=$?; step "search end exit $rc"
-if [ $rc -ne 0 ]; then touch "$out/DONE"; exit 0; fi
+if [ $rc -ne 0 ] || [ -n "${SEARCH_ONLY:-}" ]; then touch "$out/DONE"; exit 0; fi
 fi
 
 # The confirmation's levels: 8 x c requests for the real client (the search measured 4 x c).

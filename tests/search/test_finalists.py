@@ -170,3 +170,56 @@ def test_after_the_race_the_baseline_is_relaunched_and_the_gain_rests_on_its_lau
     assert base is not None and base.n == 3 and base.value == pytest.approx(1200)
     g = fin.gain_over(win.interval, base)
     assert g is not None and g["low"] <= 2500 / 1000 <= g["high"]
+
+
+def _on_machines(runs: dict[int, list[tuple[float, str]]], base: list[tuple[float, str]]) -> optuna.Study:
+    """Config x=k read runs[k][0] in the search, then runs[k][1:] on its reruns, each (value, machine)."""
+    study = optuna.create_study(direction="maximize")
+    b = _tell(study, {"x": 0}, base[0][0], 0.01, role="baseline", machine=base[0][1])
+    for i, (v, m) in enumerate(base[1:]):
+        _tell(study, {"x": 0}, v, 0.01, role="finalist", finalist_of=b, rerun=i + 1, machine=m)
+    for k, values in runs.items():
+        n = _tell(study, {"x": k}, values[0][0], 0.01, role="search", machine=values[0][1])
+        for i, (v, m) in enumerate(values[1:]):
+            _tell(study, {"x": k}, v, 0.01, role="finalist", finalist_of=n, rerun=i + 1, machine=m)
+    return study
+
+
+A, B = "NVIDIA H100 80GB HBM3 x1, 700 W, gpu-aaaa", "NVIDIA H100 80GB HBM3 x1, 700 W, gpu-bbbb"
+
+
+def test_a_study_resumed_on_a_slower_machine_ranks_its_configs_on_one_scale() -> None:
+    """The end-to-end real search's shape (docs/real-gpu.md): the race's reruns after a resume ran on a second H100
+    that read every config ~10% lower. Config 1 was read three times on the fast machine only; config 2 as high
+    there, then twice on the slow one; config 3 links the machines too. Read as they came, 1 wins by the machine
+    alone; with each machine's level taken out, 2 is level with it, and every number is on one machine's scale."""
+    runs = {1: [(10000, A), (10050, A), (9950, A)],
+            2: [(10100, A), (9100, B), (9050, B)],
+            3: [(9000, A), (8100, B), (8150, B)]}
+    study = _on_machines(runs, base=[(6000, A), (5400, B), (5420, B)])
+    st = fin.standings(study.get_trials(), prior=0.05)
+    assert set(st.machines) == {A, B} and st.linked == 3
+    launches = {m: sum(m == x for e in st.entries for x in e.machines) for m in (A, B)}
+    [ref] = [m for m, v in st.machines.items() if v == 0.0]           # the scale: the machine with most launches
+    assert launches[ref] == max(launches.values())
+    other = A if ref == B else B
+    assert 0.08 < abs(st.machines[other]) < 0.12                       # a ~10% level, either way round
+    two = next(e for e in st.entries if e.params == {"x": 2})
+    one = next(e for e in st.entries if e.params == {"x": 1})
+    assert abs(two.mean / one.mean - 1) < 0.03                        # level on one scale (raw means: 0.93)
+    assert max(two.values) / min(two.values) < 1.03                  # its launches agree once on one scale
+    assert "2 machines" in race.rule(st) and "gpu-aaaa" in race.rule(st) and "gpu-bbbb" in race.rule(st)
+    # the gain: the baseline on the same scale as the winner
+    win = fin.winner(fin.verdicts(st))
+    g = fin.gain_over(win.interval, fin.baseline_interval(study.get_trials(), 0.05))
+    assert g is not None and abs(g["ratio"] - 10000 / 6000) < 0.06
+
+
+def test_one_machine_or_an_unlinked_second_leaves_the_readings_as_they_came() -> None:
+    same = {1: [(10000, A), (10050, A)], 2: [(9000, A), (9100, A)]}
+    for runs in (same, {1: [(10000, A), (10050, A)], 2: [(9000, B), (9100, B)]},     # no config on both
+                 {1: [(10000, A), (9000, B)], 2: [(9000, A), (9100, A)]}):            # one link: its noise decides
+        st = fin.standings(_on_machines(runs, base=[(6000, A)]).get_trials(), prior=0.05)
+        assert st.machines == {} and "machines" not in race.rule(st)
+        assert sorted(v for e in st.entries for v in e.values) == sorted(
+            [6000.0] + [v for r in runs.values() for v, _ in r])
