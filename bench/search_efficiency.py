@@ -296,6 +296,8 @@ def main() -> None:
                     "changes state (a speed shared by the launches run while it lasts; sim/noise.py) with this sd")
     ap.add_argument("--machine-launches", type=float, default=None, metavar="N", help="--truth: launches a machine "
                     "state lasts on average (default: the card's noise.machine_launches)")
+    ap.add_argument("--label-machines", action="store_true", help="--truth --machine: each machine state recorded "
+                    "as a machine of its own (as GPUs of a resumed study are), so the race takes its level out")
     ap.add_argument("--budget-reruns", type=int, default=None, help="--truth: the race's rerun budget (default: "
                     "the profile's search.finalists.budget)")
     ap.add_argument("--no-pool", action="store_true", help="search.pool off: each config ranked on its own readings "

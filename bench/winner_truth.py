@@ -10,11 +10,14 @@ Targets: >= 90% of seeds within 2%, the true gain inside the claimed interval in
 
     python bench/search_efficiency.py --truth [--profiles all|P1,P2] [--seeds 30] [--trials 40] [--jobs 2]
         [--budget-reruns N] [--noise-launch SD] [--noise-level SD] [--machine SD] [--machine-launches N]
+        [--label-machines]
 
 `--noise-launch` / `--noise-level`: every card plays this launch-to-launch / within-launch spread (a log-normal sd,
 e.g. 0.026: what a real-size relaunch showed, docs/real-gpu.md) in place of its own `noise:` fields. `--machine`:
 every card's machine also changes state (sim/noise.py `machine_state`: a speed shared by the launches run while it
 lasts, `--machine-launches` on average), as a real H200 did in the middle of ten launches (docs/real-gpu.md).
+`--label-machines`: each such state is recorded as the machine the trial ran on, as the GPUs of a study resumed
+elsewhere are, so the race takes each one's level out (search/race.py `machine_terms`; docs/search.md).
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ def true_value(path: str, params: dict[str, Any]) -> float:
     return score(res, prof).value if res.status == "ok" else 0.0
 
 
-Job = tuple[str, int, int, float, int | None, float | None, float | None, float | None, float | None]
+Job = tuple[str, int, int, float, int | None, float | None, float | None, float | None, float | None, bool]
 
 
 def one_run(job: Job) -> dict[str, Any]:
@@ -58,7 +61,7 @@ def one_run(job: Job) -> dict[str, Any]:
 
 
 def _one_run(job: Job) -> dict[str, Any]:
-    path, seed, trials, target, budget, launch_sd, level_sd, machine_sd, machine_launches = job
+    path, seed, trials, target, budget, launch_sd, level_sd, machine_sd, machine_launches, label = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     from bench.search_efficiency import NO_POOL
 
@@ -77,6 +80,7 @@ def _one_run(job: Job) -> dict[str, Any]:
         evaluate.card.noise.machine = machine_sd
     if machine_launches is not None:
         evaluate.card.noise.machine_launches = machine_launches
+    evaluate.label_machines = label   # --label-machines: each state a machine the trials record
     with tempfile.TemporaryDirectory() as root:
         out = run_search(prof, trials=trials, root=root, evaluate=evaluate, seed=seed, storage_url=url)
     trials = optuna.load_study(study_name=prof.name, storage=open_storage(url)).trials
@@ -130,7 +134,7 @@ def main(args: argparse.Namespace, pool: Any) -> None:
     goal = targets(paths, args, pool)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     jobs = [(p, s, args.trials, goal[p], args.budget_reruns, args.noise_launch, args.noise_level,
-             args.machine, args.machine_launches) for p in paths for s in seeds]
+             args.machine, args.machine_launches, args.label_machines) for p in paths for s in seeds]
     runs = pool.map(one_run, jobs, chunksize=1)
     for j, r in zip(jobs, runs):
         if "error" in r:

@@ -33,15 +33,21 @@ def _draws(key: str, *sds: float) -> tuple[float, ...]:
     return tuple(math.exp(z * sd) if sd > 0 else 1.0 for sd in sds)
 
 
-def machine_state(key: int | str, index: int, sd: float, launches: float) -> float:
-    """The machine's speed factor for the launch at `index` (exp(N(0, sd)), median 1): a new state begins before
-    launch k with probability 1 / `launches` (always at 0), and holds until the next one begins."""
-    if sd <= 0:
-        return 1.0
+def machine_start(key: int | str, index: int, launches: float) -> int:
+    """The launch index at which the machine state of the launch at `index` began: a new state begins before launch
+    k with probability 1 / `launches` (always at 0), and holds until the next one begins."""
     k = max(0, int(index))
     while k > 0 and random.Random(f"machine-step:{key}:{k}").random() >= 1.0 / launches:
         k -= 1
-    return _draw(f"machine:{key}:{k}", sd)
+    return k
+
+
+def machine_state(key: int | str, index: int, sd: float, launches: float) -> float:
+    """The machine's speed factor for the launch at `index` (exp(N(0, sd)), median 1), the same for every launch
+    of one state (`machine_start`)."""
+    if sd <= 0:
+        return 1.0
+    return _draw(f"machine:{key}:{machine_start(key, index, launches)}", sd)
 
 
 class Speed:

@@ -124,3 +124,25 @@ def test_the_live_server_takes_its_place_in_the_campaign_from_tunectls_run_id(mo
     assert machine_key(ns) == (3, 17)
     monkeypatch.delenv("TUNECTL_RUN_ID")
     assert machine_key(ns) == (3, 0)
+
+
+def test_labelled_machine_states_are_recorded_as_the_machines_trials_ran_on() -> None:
+    """bench --truth --label-machines: each machine state a machine of its own in the trial record (as the GPUs of a
+    resumed study are), one label per state; off (the default) and noise-free: no machine, as the stand-in has."""
+    from pathlib import Path
+
+    from tunectl.profile import load_profile
+    from tunectl.sim.noise import machine_start
+    from tunectl.wiring.virtual import VirtualEvaluator
+
+    prof = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "sim-llama8b-h200.yaml")
+    ev = VirtualEvaluator(prof, 3)
+    assert ev.card.noise.machine > 0
+    params = {k: s.default for k, s in prof.search.space.items() if s.default is not None}
+    assert ev(0, params, "search").machine == ""
+    ev.label_machines = True
+    got = [ev(n, params, "search").machine for n in range(40)]
+    starts = [machine_start(3, n, ev.card.noise.machine_launches) for n in range(40)]
+    assert got == [f"sim machine {k}" for k in starts]
+    assert 2 <= len(set(got)) < 40                                    # states hold for several launches, and change
+    assert VirtualEvaluator(prof, 3, noise=0.0)(5, params, "search").machine == ""

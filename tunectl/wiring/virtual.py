@@ -27,6 +27,7 @@ class VirtualEvaluator:
         self.card = load_card(prof.server.sim.card)
         self.noise = prof.server.sim.noise if noise is None else noise     # 0: the true (noise-free) value
         self.calls = 0
+        self.label_machines = False       # each machine state recorded as its own machine (bench: --label-machines)
 
     def __call__(self, n: int, params: dict[str, Any], role: str,
                  should_prune: Callable[[LevelResult], bool] | None = None) -> TrialResult:
@@ -44,7 +45,18 @@ class VirtualEvaluator:
             if not self._add(res, lad, wl.label, should_prune):
                 break
         res.wall_s = res.ready_s + sum(lv.duration_s for lv in res.levels)
+        res.machine = self._machine(n)
         return res
+
+    def _machine(self, n: int) -> str:
+        """The trial's machine: "" (the stand-in uses no GPU), or with `label_machines` the machine state it ran in
+        as a machine of its own, as a study resumed on other GPUs records them (search/race.py `machine_terms`)."""
+        noise = self.card.noise
+        if not self.label_machines or not self.noise or noise.machine <= 0:
+            return ""
+        from tunectl.sim.noise import machine_start
+
+        return f"sim machine {machine_start(self.seed, n, noise.machine_launches)}"
 
     def _workload(self, wl: WorkloadSpec) -> dict[str, Any]:
         """The ladder's requests: the workload's lengths, turns and (a dataset's) token ids."""
@@ -120,6 +132,7 @@ class VirtualEvaluator:
                      cap.max_probes)
         res.capacity = capacity_record(br, "rate", cap.tolerance, obj.slo, obj.slo_attainment)
         res.wall_s = res.ready_s + sum(lv.duration_s for lv in res.levels)
+        res.machine = self._machine(n)
         return res
 
 
