@@ -21,7 +21,8 @@ the noise, until the leader's interval separates from the rest or the rerun budg
   end-to-end search), so a config re-run only on the slower machine would rank below one read only on the faster.
   Where configs read on both link the machines, each machine's level is taken out first (log value = config +
   machine, least squares over the linked launches, `machine_terms`): every launch is put on the scale of the
-  machine with the most launches, and the race's means, intervals, ranking and gain are on that scale.
+  machine with the most launches, and the race's means, intervals, ranking and gain are on that scale; each
+  interval also carries the error of the machine levels its launches were moved by (`level_var`).
 """
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ class Entry:
     halves: list[float] = field(default_factory=list)   # each launch's own 95% half-width, relative
     runs: list[int] = field(default_factory=list)       # the trials of those launches
     machines: list[str] = field(default_factory=list)   # the machine each launch ran on ("": not recorded)
+    level_var: float = 0.0                              # the machine levels' error in its mean (x launch variance)
     pending: int = 0                                    # reruns queued or running
     crashed: FrozenTrial | None = None                  # the first rerun that crashed: the config is demoted
     interval: Interval = field(default_factory=lambda: Interval(0.0, 0.0, 0.0, 0))   # its own launches
@@ -156,9 +158,10 @@ def standings(trials: list[FrozenTrial], configs: list[FrozenTrial], prior: floa
             elif r.state in (TrialState.COMPLETE, TrialState.PRUNED) and e.crashed is None:
                 e.crashed = r
         entries.append(e)
-    terms, linked = machine_terms([e for e in entries if e.alive])
+    terms, linked, cov = machine_terms([e for e in entries if e.alive])
     for e in entries:  # every launch on the reference machine's scale (its level taken out); one machine: as read
         e.values = [v * math.exp(-terms.get(m, 0.0)) for v, m in zip(e.values, e.machines)]
+        e.level_var = level_var(e, cov)
     noise, df = launch_noise(entries, prior)
     for e in entries:
         e.interval = interval(e, noise, df)
@@ -168,23 +171,27 @@ def standings(trials: list[FrozenTrial], configs: list[FrozenTrial], prior: floa
         est, tau = pool([(e.params, e.values) for e in alive], noise)
         for e, got in zip(alive, est):
             if got is not None:
-                h = t95(df + PRIOR_DF) * got[1]
+                h = t95(df + PRIOR_DF) * math.sqrt(got[1] ** 2 + e.level_var * noise ** 2)
                 e.pooled = Interval(math.exp(got[0]), math.exp(got[0] - h), math.exp(got[0] + h), e.n)
     entries.sort(key=lambda e: (not e.alive, -e.estimate))
     return Standings(entries, noise, df, tau, terms, linked)
 
 
-def machine_terms(entries: list[Entry], rounds: int = 50) -> tuple[dict[str, float], int]:
+def machine_terms(entries: list[Entry]) -> tuple[dict[str, float], int, dict[tuple[str, str], float]]:
     """Each machine's log level against the machine with the most launches (0), from log value = config + machine
-    fitted by least squares (alternating means) on the launches of the configs read on more than one machine (a
-    config read on one tells nothing of the machines), over the machines they link to it; and how many configs
-    link them. ({}, 0): one machine, or fewer than MIN_LINKS configs link any two."""
+    fitted by least squares on the launches of the configs read on more than one machine (a config read on one
+    tells nothing of the machines), over the machines they link to it; how many configs link them; and the levels'
+    covariance per unit launch variance ((m1, m2) -> c: times the launch spread squared, what the levels' own
+    error adds to a launch put on the reference's scale). ({}, 0, {}): one machine, or fewer than MIN_LINKS
+    configs link any two."""
+    import numpy as np
+
     count: dict[str, int] = {}
     for e in entries:
         for m in e.machines:
             count[m] = count.get(m, 0) + 1
     if len(count) < 2:
-        return {}, 0
+        return {}, 0, {}
     ref = max(count, key=lambda m: (count[m], m))
     links = [e for e in entries if len(set(e.machines)) > 1 and min(e.values) > 0]
     group, grew = {ref}, True            # the machines linked to the reference
@@ -195,27 +202,38 @@ def machine_terms(entries: list[Entry], rounds: int = 50) -> tuple[dict[str, flo
             if ms & group and not ms <= group:
                 group |= ms
                 grew = True
-    linked = sum(1 for e in links if len(set(e.machines) & group) > 1)
-    if len(group) < 2 or linked < MIN_LINKS:
-        return {}, 0
-    data = [(i, m, math.log(v)) for i, e in enumerate(links) if len(set(e.machines) & group) > 1
-            for v, m in zip(e.values, e.machines) if m in group]
-    level = {m: 0.0 for m in group}
-    for _ in range(rounds):
-        sums: dict[int, list[float]] = {}
-        for i, m, y in data:
-            sums.setdefault(i, []).append(y - level[m])
-        cfg = {i: fmean(ys) for i, ys in sums.items()}
-        by: dict[str, list[float]] = {}
-        for i, m, y in data:
-            by.setdefault(m, []).append(y - cfg[i])
-        new = {m: fmean(ys) for m, ys in by.items()}
-        new = {m: v - new[ref] for m, v in new.items()}
-        done = max(abs(new[m] - level[m]) for m in group) < 1e-9
-        level = new
-        if done:
-            break
-    return level, linked
+    links = [e for e in links if len(set(e.machines) & group) > 1]
+    if len(group) < 2 or len(links) < MIN_LINKS:
+        return {}, 0, {}
+    others = sorted(group - {ref})
+    col = {m: len(links) + k for k, m in enumerate(others)}
+    rows, ys = [], []
+    for i, e in enumerate(links):
+        for v, m in zip(e.values, e.machines):
+            if m in group:
+                x = [0.0] * (len(links) + len(others))
+                x[i] = 1.0
+                if m != ref:
+                    x[col[m]] = 1.0
+                rows.append(x)
+                ys.append(math.log(v))
+    x, y = np.array(rows), np.array(ys)
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    inv = np.linalg.pinv(x.T @ x)
+    level = {ref: 0.0, **{m: float(beta[col[m]]) for m in others}}
+    cov = {(a, b): float(inv[col[a], col[b]]) for a in others for b in others}
+    return level, len(links), cov
+
+
+def level_var(e: Entry, cov: dict[tuple[str, str], float]) -> float:
+    """What the machine levels' error adds to the variance of a config's mean log value (per unit launch variance):
+    w' C w, w the share of its launches on each machine whose level was taken out."""
+    if not cov or not e.machines:
+        return 0.0
+    w: dict[str, float] = {}
+    for m in e.machines:
+        w[m] = w.get(m, 0.0) + 1.0 / len(e.machines)
+    return max(0.0, sum(w.get(a, 0.0) * w.get(b, 0.0) * c for (a, b), c in cov.items()))
 
 
 def launch_noise(entries: list[Entry], prior: float) -> tuple[float, int]:
@@ -247,7 +265,7 @@ def own_noise(e: Entry, noise: float) -> float:
 def interval(e: Entry, noise: float, df: int) -> Interval:
     if not e.values:
         return Interval(0.0, 0.0, 0.0, 0)
-    between = t95(df + PRIOR_DF) * own_noise(e, noise) / math.sqrt(e.n)
+    between = t95(df + PRIOR_DF) * math.sqrt(own_noise(e, noise) ** 2 / e.n + e.level_var * noise ** 2)
     within = math.sqrt(sum(h * h for h in e.halves)) / e.n
     h, m = max(between, within), e.mean
     return Interval(m, m * (1 - h), m * (1 + h), e.n)

@@ -209,6 +209,12 @@ def test_a_study_resumed_on_a_slower_machine_ranks_its_configs_on_one_scale() ->
     assert abs(two.mean / one.mean - 1) < 0.03                        # level on one scale (raw means: 0.93)
     assert max(two.values) / min(two.values) < 1.03                  # its launches agree once on one scale
     assert "2 machines" in race.rule(st) and "gpu-aaaa" in race.rule(st) and "gpu-bbbb" in race.rule(st)
+    # a launch moved by a machine's level carries that level's error in the interval; one left as read does not
+    for e in st.entries:
+        assert (e.level_var > 0) == any(m != ref for m in e.machines)
+    wide = race.interval(two, st.noise, st.noise_df)
+    two.level_var = 0.0
+    assert race.interval(two, st.noise, st.noise_df).high < wide.high
     # the gain: the baseline on the same scale as the winner
     win = fin.winner(fin.verdicts(st))
     g = fin.gain_over(win.interval, fin.baseline_interval(study.get_trials(), 0.05))
