@@ -16,7 +16,7 @@ from tunectl.errors import TunectlError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.objective import score
 from tunectl.profile import Profile
-from tunectl.stats import Interval, compare, gain, pooled, spread
+from tunectl.stats import Interval, compare, gain, machine_words, pooled, spread
 from tunectl.store import StudyStore, read_json
 from tunectl.reports.command import STAND_IN_ENV, reproduce, user_env  # noqa: F401  (re-exported)
 
@@ -295,9 +295,11 @@ def headline(number: dict[str, Any]) -> str:
         text += f"; race: {race['spent']} of {race['budget']} reruns"
     mixed = number.get("mixed_machines")
     if mixed:
+        levels = (race or {}).get("machines") or {}
         text += (f"; these launches ran on {len(mixed)} machines ("
                  + "; ".join(f"{m}: trial {', '.join(map(str, ns))}" for m, ns in mixed.items())
-                 + "): readings from different machines are not comparable")
+                 + (f"): the race put them on one machine's scale ({machine_words(levels)})" if levels else
+                    "): readings from different machines are not comparable"))
     return text
 
 

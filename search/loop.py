@@ -321,7 +321,8 @@ class SearchLoop:
         self.stats.verdicts = fin.verdicts(st)
         self.stats.race = {"rule": race.rule(st), "budget": cfg.budget, "spent": fin.spent(self.trials()),
                            "noise": st.noise, "noise_launches": st.noise_df,
-                           "misfit": st.misfit if math.isfinite(st.misfit) else None}
+                           "misfit": st.misfit if math.isfinite(st.misfit) else None,
+                           **({"machines": st.machines} if st.machines else {})}
         return self.stats.verdicts
 
     def _pool(self) -> pooling.Pool | None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tunectl.stats import Interval, compare, t95
+from tunectl.stats import Interval, compare, machine_words, t95
 
 ROUND = 3               # contenders re-run per round (the highest upper bounds): successive halving, not all at once
 PRIOR_DF = 4            # the prior spread counts as this many launches' worth of evidence
@@ -54,15 +54,8 @@ def rule(st: "Standings") -> str:
     """The rule the race ran by, as the closing lines and best.json print it."""
     out = POOLED.format(misfit=st.misfit) if math.isfinite(st.misfit) else RULE
     if st.machines:
-        ref = next(m for m, v in st.machines.items() if v == 0.0)
-        terms = ", ".join(f"{_short(m)} {math.exp(v) - 1:+.1%}" for m, v in st.machines.items() if v != 0.0)
-        out += MACHINES.format(n=len(st.machines), terms=f"{terms} against {_short(ref)}", linked=st.linked)
+        out += MACHINES.format(n=len(st.machines), terms=machine_words(st.machines), linked=st.linked)
     return out
-
-
-def _short(machine: str) -> str:
-    """A machine's name in the rule: its last part (the GPU's id), or 'not recorded'."""
-    return machine.rsplit(", ", 1)[-1] if machine else "not recorded"
 
 
 @dataclass

@@ -67,6 +67,28 @@ def test_a_winner_confirmed_on_two_machines_says_which_launch_ran_where(study: t
     assert json.loads(tunectl(root, "best", "--format", "json"))["confirmed"]["mixed_machines"][B] == [runs[-1]]
 
 
+def test_a_race_that_took_the_machines_levels_out_says_so_instead(study: tuple[Path, StudyStore]) -> None:
+    """Where the race put the machines on one scale (search/race.py `machine_terms`: its levels in best.json's
+    race record), the line names the levels instead of calling the readings not comparable."""
+    root, store = study
+    runs = store.read_best()["best"]["runs"]
+    for t in load_study(store).trials:
+        set_machine(store, t.trial, A)
+    set_machine(store, runs[-1], B)
+    path = store.dir / "best.json"
+    saved = path.read_text()
+    try:
+        doc = json.loads(saved)
+        doc["best"]["race"]["machines"] = {A: 0.0, B: -0.1}
+        path.write_text(json.dumps(doc))
+        head = tunectl(root, "best").splitlines()[0]
+        assert f"{B}: trial {runs[-1]}): the race put them on one machine's scale (gpu-9f8e7d6c -9.5% against " \
+            "gpu-1a2b3c4d)" in head
+        assert "not comparable" not in head
+    finally:
+        path.write_text(saved)
+
+
 def test_a_baseline_from_before_machines_were_recorded_counts_as_unknown(study: tuple[Path, StudyStore]) -> None:
     root, store = study
     data = load_study(store)
