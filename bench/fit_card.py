@@ -176,15 +176,18 @@ def noise(land: dict[str, Any], client: str, passengers: tuple[str, ...] = (),
     rest e_lk = r_lk - a_l. level^2 = sum e^2 / sum (n-1)(K-1); launch^2 = sum a^2 / sum (n-1) less level^2 / K
     (a shift read from K noisy levels carries level^2 / K of their noise), at least 0.
     `passengers`: knobs measured to act on nothing here; configs that differ only in them count as launches of one
-    config (twins). `keep`: only the configs whose flags it accepts (e.g. `eager`)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    config (twins). `keep`: only the configs whose flags it accepts (e.g. `eager`). Launches count as relaunches
+    only on one machine (`launches[].machine`; "" for a table that did not record it): two H100s read one config up
+    to 20% apart (docs/real-gpu.md, "The fourth lease"), which is the machine's difference, not a launch's."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for cfg in land["configs"]:
         if keep is not None and not keep(cfg.get("set", {})):
             continue
         key = repr(sorted((k, str(v)) for k, v in cfg["set"].items() if k not in passengers)) \
             if passengers and "set" in cfg else cfg["id"]
-        groups.setdefault(key, []).extend(ln["levels"].get(client, {}) for ln in cfg["launches"]
-                                          if ln["outcome"] == "ok")
+        for ln in cfg["launches"]:
+            if ln["outcome"] == "ok":
+                groups.setdefault((key, ln.get("machine") or ""), []).append(ln["levels"].get(client, {}))
     a2 = e2 = 0.0
     df_a = df_e = configs = launches = 0
     for runs in groups.values():

@@ -124,9 +124,9 @@ def _confirmation(s: dict[str, Any]) -> str:
     """`tunectl confirm`'s verdict on the winner (a search's report only)."""
     c = s.get("confirmation")
     if c:
-        noise = c.get("noise_line")
+        more = "".join(f"; {_e(x)}" for x in (c.get("noise_line"), c.get("resolution")) if x)
         return (f"<li>confirmed on fresh launches of one machine, in pairs (results/{_e(c['study'])}): "
-                f"<b>{_e(c['conclusion'])}</b>{'; ' + _e(noise) if noise else ''}</li>")
+                f"<b>{_e(c['conclusion'])}</b>{more}</li>")
     if s.get("kind") == "search" and "confirmation" in s and not s.get("slurm"):
         return (f"<li>not yet confirmed against SGLang's own choice on fresh launches: "
                 f"<code>tunectl confirm --study {_e(s['study'])}</code></li>")

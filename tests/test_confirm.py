@@ -61,6 +61,51 @@ def test_a_step_of_the_machine_hides_a_two_percent_loss_pooled_and_not_paired():
     assert cf.conclusion(rows, "SGLang's own choice").startswith("SGLang's own choice is ahead of the winner: 0.980x")
 
 
+def _pairs_of(ratios: list[float]) -> list[TrialResult]:
+    """Launches in confirm's order whose pairs read the given winner / baseline ratios."""
+    runs: list[TrialResult] = []
+    for i, r in enumerate(ratios):
+        first, second = ("winner", "baseline") if i % 2 == 0 else ("baseline", "winner")
+        vals = {"winner": 1000 * r, "baseline": 1000.0}
+        runs += [launch(len(runs), first, vals[first]), launch(len(runs) + 1, second, vals[second])]
+    return runs
+
+
+def test_a_tie_says_how_wide_it_is_and_how_many_pairs_would_tell_the_measured_gain_from_none():
+    """Three pairs reading -9%, +2%, -1% (a tie of -2.8% as the real H100 confirmation read): the line names the
+    tie's width and the number of pairs that, at the same spread, would put an interval of the same gain clear of 1;
+    one pair fewer would not."""
+    import math
+    from statistics import stdev
+
+    from tunectl.stats import t95
+
+    prof = load_profile(default_profile_path())
+    ratios = [0.91, 1.02, 0.99]
+    rows = cf.judge(_pairs_of(ratios), prof)
+    assert rows[-1].verdict == "tie"
+    line = cf.resolution(rows)
+    half = math.log(rows[-1].paired.high / rows[-1].paired.low) / 2
+    assert f"a tie within {math.exp(half) - 1:.1%} either way (3 pairs)" in line
+    need = int(line.split("would take about ")[1].split()[0])
+    logs = [math.log(r) for r in ratios]
+    sd, effect = stdev(logs), abs(sum(logs) / len(logs))
+    assert t95(need - 1) * sd / math.sqrt(need) < effect <= t95(need - 2) * sd / math.sqrt(need - 1)
+    assert f"--launches {need} " in line
+    # read from confirm.json (rows as dicts) it says the same
+    assert cf.resolution([r.to_dict() for r in rows]) == line
+
+
+def test_a_verdict_needs_no_resolution_and_a_gain_too_small_to_ever_tell_is_called_alike():
+    prof = load_profile(default_profile_path())
+    ahead = cf.judge(_pairs_of([1.05, 1.06, 1.05, 1.07]), prof)
+    assert ahead[-1].verdict == "winner ahead" and cf.resolution(ahead) is None
+    assert cf.resolution(cf.judge(_pairs_of([0.98]), prof)) is None                  # one pair: no verdict at all
+    level = cf.judge(_pairs_of([0.95, 1.05, 1.001]), prof)       # 0.0% measured inside a +-5% spread
+    assert level[-1].verdict == "tie"
+    assert "would take more than 50 pairs" in cf.resolution(level) and "serve alike" in cf.resolution(level)
+
+
 def test_a_crashed_launch_is_left_out_of_the_pairs_and_counted():
     prof = load_profile(default_profile_path())
     runs = [launch(0, "winner", 0.0, status="crashed"), launch(1, "baseline", 900.0),

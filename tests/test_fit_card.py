@@ -111,6 +111,20 @@ def test_the_noise_splits_a_relaunchs_shift_from_its_levels_scatter() -> None:
     assert noise(_land([[base], [base]]), "bench_serving") is None
 
 
+def test_launches_on_two_machines_are_no_relaunches_of_each_other() -> None:
+    """A config read 11% apart on two machines (as two real H100s read one config) is not launch noise: the noise
+    counts only launches of one machine (`launches[].machine`, "" where a table did not record it)."""
+    from bench.fit_card import noise
+    base = [1000.0, 3000.0, 8000.0]
+    land = _land([[base, [v * 1.11 for v in base], [v * 1.01 for v in base]]])
+    land["configs"][0]["launches"][1]["machine"] = "NVIDIA H100 80GB HBM3 x1, 700 W, gpu-b"
+    got = noise(land, "bench_serving")
+    assert got is not None and (got["configs"], got["launches"]) == (1, 2)        # the two on the unnamed machine
+    assert got["launch"] == pytest.approx(math.log(1.01) / math.sqrt(2))
+    land["configs"][0]["launches"][2]["machine"] = "NVIDIA H100 80GB HBM3 x1, 700 W, gpu-c"
+    assert noise(land, "bench_serving") is None                                     # one launch per machine
+
+
 def test_the_real_relaunch_reads_as_a_launch_shift_for_the_real_client() -> None:
     from bench.fit_card import noise
     land = landscape.load(Path(__file__).resolve().parents[1] / "docs" / "real-gpu" / "landscapes" / "llama8b-h100"

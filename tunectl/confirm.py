@@ -14,9 +14,12 @@ everything is a tie; within a pair of launches run back to back it cancels.
   "baseline ahead" only when the paired interval excludes 1, "tie" otherwise, "no verdict" on fewer than 2 pairs;
   and, from 3 pairs, the noise the pairs tell apart (`tunectl.stats.pair_noise`): what a fresh launch adds and the
   machine's drift over the run.
+- `resolution(rows)`: on a tie, what the pairs can tell apart: the interval's half-width, and the pairs it would
+  take (at the spread these pairs showed) for an interval narrow enough to tell the gain measured from none.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +27,7 @@ from tunectl.launches import reading, summarize
 from tunectl.models import TrialResult
 from tunectl.objective import score
 from tunectl.profile import Profile
-from tunectl.stats import Interval, gain, pair_noise, paired_gain, pooled
+from tunectl.stats import Interval, gain, pair_noise, paired_gain, pooled, t95
 
 SIDES = ("winner", "baseline")
 ROLE = {"winner": "confirm-winner", "baseline": "confirm-baseline"}
@@ -163,6 +166,33 @@ def conclusion(rows: list[Row], against: str, crashed: dict[str, tuple[int, int]
             "tie": f"the winner ties {against}", "no verdict: one pair": "no verdict yet (one pair: the "
             "launch-to-launch spread is unknown)"}[r.verdict]
     return f"{said}: {p.value:.3f}x ({p.low:.3f}-{p.high:.3f}, {p.n} pair{'s' if p.n != 1 else ''} of launches){crash}"
+
+
+MAX_PAIRS = 50      # past this many pairs of launches a difference is below what a serving team acts on: "a tie"
+
+
+def resolution(rows: list[Row] | list[dict[str, Any]]) -> str | None:
+    """On a tie of the objective with 2+ pairs: how wide the tie is, and how many pairs (at the spread of the log
+    ratios these pairs showed) would make the interval exclude 1 if the gain is what they measured: the cost of
+    telling the difference, for the user to weigh. None for a verdict, one pair, or pairs that agree exactly."""
+    r = rows[-1] if rows else None
+    if r is None:
+        return None
+    p = r.paired if isinstance(r, Row) else (Interval(**r["paired"]) if r.get("paired") else None)
+    if p is None or p.n < 2 or verdict(p) != "tie" or p.low <= 0:
+        return None
+    half = math.log(p.high / p.low) / 2                              # = t95(n-1) * sd / sqrt(n), log scale
+    sd = half * math.sqrt(p.n) / t95(p.n - 1)
+    if sd <= 0:
+        return None
+    width = f"a tie within {math.exp(half) - 1:.1%} either way ({p.n} pairs)"
+    effect = abs(math.log(p.value))
+    need = next((m for m in range(p.n + 1, MAX_PAIRS + 1) if t95(m - 1) * sd / math.sqrt(m) < effect), None)
+    if need is None:
+        return (f"{width}: the {abs(p.value - 1):.1%} the pairs measured would take more than {MAX_PAIRS} pairs "
+                "of launches to tell from none; the two serve alike here")
+    return (f"{width}: telling the {abs(p.value - 1):.1%} the pairs measured from none would take about {need} "
+            f"pairs at this spread (--launches {need} keeps the launches so far)")
 
 
 def recorded(root: Any, study: str, params: dict[str, Any]) -> dict[str, Any] | None:

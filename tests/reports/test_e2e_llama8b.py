@@ -236,3 +236,71 @@ def test_the_8b_cards_noise_is_what_lease_3s_pairs_measured():
     noise = load_card("llama31-8b-h200").noise
     assert abs(noise.machine * 100 - drift) < 0.1
     assert min(launches) <= noise.launch * 100 <= max(launches)
+
+
+CONFIRM = STUDY.parent / "e2e-llama8b-confirm"
+
+
+def test_tunectl_confirm_on_real_sglang_finds_the_declared_winner_level_with_sglangs_own_choice():
+    """Lease 5 ran `tunectl confirm --study e2e-llama8b --client bench_serving --launches 3` itself (a third H100):
+    the declared winner and SGLang's own choice (no searched flag passed: SGLang picked 2,048 running requests)
+    interleaved W B B W W B on one machine, every level read by the real sglang.bench_serving with 8 x c requests.
+    Judged again here from its launches, it says what it recorded: a tie at every level, the winner within a few
+    percent of SGLang's choice; the search's 1.69x was over its drawn baseline, not over SGLang."""
+    from tunectl import confirm as cf
+
+    doc = json.loads((CONFIRM / "confirm.json").read_text())
+    best = json.loads((STUDY / "best.json").read_text())["best"]
+    assert doc["of"] == "e2e-llama8b" and doc["winner"] == best["params"] and doc["baseline"] == {}
+    assert doc["order"] == cf.order(3) and doc["pairs"] == 3 and len(doc["machines"]) == 1
+    recorded = {t.machine for t in trials().values()}
+    assert doc["machines"][0].startswith("NVIDIA H100 80GB HBM3 x1, 700 W, gpu-") and doc["machines"][0] not in recorded
+    runs = [TrialResult.from_dict(json.loads((CONFIRM / "trials" / str(n) / "trial.json").read_text()))
+            for n in doc["trials"]]
+    searched = {f"--{k}" for k in PROFILE.search.space}
+    for t in runs:
+        assert t.status == "ok" and [lv.concurrency for lv in t.levels] == PROFILE.bench.levels
+        assert all(lv.workload == "random@bench_serving" and lv.failed_requests == 0
+                   and lv.completed >= 8 * lv.concurrency for lv in t.levels)
+        assert t.teardown["verdict"] == "clean"
+        if cf.side(t) == "baseline":      # SGLang's own choice: no searched flag on its command line
+            assert t.params == {} and not searched & set(t.launch.argv) and not searched & set(t.launch.exec_argv)
+            assert t.server_facts["max_running_requests"] == 2048
+        else:
+            assert t.server_facts["max_running_requests"] == best["params"]["max-running-requests"]
+    rows = cf.judge(runs, PROFILE)
+    assert [r.label for r in rows] == [f"c{c}" for c in PROFILE.bench.levels] + ["objective"]
+    assert [r.verdict for r in rows] == [r["verdict"] for r in doc["rows"]] == ["tie"] * 4
+    for r in rows:
+        assert r.paired.low < 1 < r.paired.high and abs(r.paired.value - 1) < 0.05
+    assert doc["conclusion"] == cf.conclusion(rows, "SGLang's own choice", cf.crashes(runs))
+    assert doc["conclusion"].startswith("the winner ties SGLang's own choice")
+
+
+def test_best_and_the_report_carry_the_real_confirmation_and_what_its_tie_can_tell(tmp_path: Path):
+    from tunectl import confirm as cf
+
+    shutil.copytree(STUDY.parent, tmp_path / "results")
+    res = CliRunner().invoke(app, ["best", "--study", "e2e-llama8b", "--results", str(tmp_path / "results")],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    doc = json.loads((CONFIRM / "confirm.json").read_text())
+    assert f"# tunectl confirm (results/e2e-llama8b-confirm): {doc['conclusion']}" in res.output
+    line = cf.resolution(doc["rows"])
+    assert line and line.startswith("a tie within") and f"# {line}" in res.output
+    rep = CliRunner().invoke(app, ["report", "--study", "e2e-llama8b", "--results", str(tmp_path / "results")])
+    assert rep.exit_code == 0, rep.output
+    page = (tmp_path / "results" / "e2e-llama8b" / "report.html").read_text()
+    assert "the winner ties SGLang&#x27;s own choice" in page and "a tie within" in page
+
+
+def test_a_sweep_line_of_the_real_client_shows_its_whole_run_not_an_empty_steady_window():
+    """sglang.bench_serving reports the whole run only: the per-level line says so instead of '- tok/s steady'."""
+    from tunectl.commands._levels import level_line
+
+    t = TrialResult.from_dict(json.loads((CONFIRM / "trials" / "0" / "trial.json").read_text()))
+    for lv in t.levels:
+        text = level_line(lv)
+        assert "steady" not in text and f"{lv.metrics['output_throughput']:,.1f} tok/s whole run" in text
+    built = next(iter(trials().values())).levels[0]                 # the built-in client's steady window stays
+    assert "tok/s steady" in level_line(built)

@@ -91,9 +91,10 @@ def test_what_the_leases_measured_so_far():
     # lease 1 (2026-12-06, H100 80GB HBM3): c00 (the machine came with 9 minutes of the session's device time
     # left); lease 2 (same day): c01-c04 after the speculative sweeps; lease 3 (same day): c05, c06 after the MoE
     # landscape's first config, then c02's first relaunch; lease 4 (same day): c07-c11, the design's balanced
-    # first half complete. docs/real-gpu/landscapes/llama8b-h100/leases.md. Extend this set as leases add configs.
+    # first half complete; lease 5 (2026-12-07, a third H100, after `tunectl confirm`): c12.
+    # docs/real-gpu/landscapes/llama8b-h100/leases.md. Extend this set as leases add configs.
     runs = measured()
-    assert set(runs) == {f"llama8b-h100-c{i:02d}" for i in range(12)} | {"llama8b-h100-c02-r2"}
+    assert set(runs) == {f"llama8b-h100-c{i:02d}" for i in range(13)} | {"llama8b-h100-c02-r2"}
     assert all(r.status == "ok" and r.teardown["verdict"] == "clean" for r in runs.values())
     c00 = runs["llama8b-h100-c00"]
     lv = {(x.workload, x.concurrency): x.metrics["output_throughput"] for x in c00.levels}   # whole runs

@@ -75,6 +75,15 @@ def steady_text(lv: LevelResult) -> str:
     return text + ("~" if lv.capped else "") + ("!" if lv.witness.get("flag") else "")
 
 
+def level_line(lv: LevelResult) -> str:
+    """One finished level as the sweep prints it: the steady window where the client measured one (the built-in
+    client), else the whole run only (sglang.bench_serving reports no steady window)."""
+    whole = f"{lv.metrics.get('output_throughput', 0):,.1f}"
+    if lv.status == "ok" and "steady_output_throughput" not in lv.metrics:
+        return f"  {lv.load:<7} {lv.status:<8} {whole:>22} tok/s whole run"
+    return f"  {lv.load:<7} {lv.status:<8} {steady_text(lv):>22} tok/s steady, {whole} whole run"
+
+
 def capacity_lines(result: TrialResult) -> list[str]:
     """The capacity search's answer and the loads it tried, as lines (empty without one)."""
     cap = result.capacity

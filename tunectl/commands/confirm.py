@@ -185,7 +185,8 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
            "order": [cf.side(t) for t in runs], "trials": [t.trial for t in runs], "machines": machines,
            "pairs": len(cf.pairs(runs)), "rows": [r.to_dict() for r in rows],
            "crashed": {k: v[0] for k, v in cf.crashes(runs).items()},
-           "conclusion": cf.conclusion(rows, _against_label(against), cf.crashes(runs)), "finished_at": time.time()}
+           "conclusion": cf.conclusion(rows, _against_label(against), cf.crashes(runs)),
+           "resolution": cf.resolution(rows), "finished_at": time.time()}
     atomic_write(out.dir / "confirm.json", json.dumps(doc, indent=2, default=str))
     if as_json:
         if emit:
@@ -198,6 +199,8 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
     if line := cf.noise_line(rows):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"[bold]{doc['conclusion']}[/]", highlight=False, soft_wrap=True)
+    if doc["resolution"]:
+        console.print(doc["resolution"], highlight=False, markup=False, soft_wrap=True)
     console.print(f"results: {out.dir} (confirm.json, one trial per launch)", highlight=False, markup=False,
                   soft_wrap=True)
     return doc

@@ -119,11 +119,12 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
         warnings.simplefilter("ignore", UserWarning)
         r = compute(data, log_prefix="" if prefix == "." else prefix + "/")
     if r["summary"]["best"] is not None:                 # `tunectl confirm`'s verdict on this winner, if one ran
-        from tunectl.confirm import noise_line, recorded
+        from tunectl.confirm import noise_line, recorded, resolution
 
         conf = recorded(store.root, store.name, dict(r["summary"]["best"]["params"]))
         if conf is not None:
             conf["noise_line"] = noise_line(conf.get("rows") or [])
+            conf["resolution"] = resolution(conf.get("rows") or [])
         r["summary"]["confirmation"] = conf
         r["summary"]["slurm"] = _on_slurm(data.study)
     page = render(r)
@@ -177,7 +178,7 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
 def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = DEFAULT_ROOT) -> None:
     """The best stable config: its launch command (environment and patches included), SGLang --config YAML, or
     JSON; with its one number (mean of its runs, spread, gain over the baseline)."""
-    from tunectl.confirm import noise_line, recorded
+    from tunectl.confirm import noise_line, recorded, resolution
     from tunectl.reports.data import headline, load_study, summary, unfinished
 
     if format not in ("command", "yaml", "json"):
@@ -198,6 +199,8 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
         if conf is not None:
             print(f"# tunectl confirm (results/{conf['study']}): {conf['conclusion']}")
             if line := noise_line(conf.get("rows") or []):
+                print(f"# {line}")
+            if line := resolution(conf.get("rows") or []):
                 print(f"# {line}")
         elif data.study.get("kind", "search") == "search" and not _on_slurm(data.study):
             print(f"# not yet confirmed against SGLang's own choice on fresh launches: `tunectl confirm --study "

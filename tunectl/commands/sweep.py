@@ -19,8 +19,8 @@ import yaml
 from tunectl import redact
 from tunectl.cli import app
 from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
-from tunectl.commands._levels import (launches_table, level_table, print_capacity, print_crash, progress_text,
-                                      steady_text)
+from tunectl.commands._levels import (launches_table, level_line, level_table, print_capacity, print_crash,
+                                      progress_text)
 from tunectl.errors import UsageError
 from tunectl.models import LevelResult, TrialResult
 from tunectl.profile import ParamSpec, Profile
@@ -352,10 +352,7 @@ def _run(prof: Profile, params: dict[str, Any], load: tuple[list[int] | None, li
                     if text:
                         status.update(text)
                     if kind == "level":
-                        lv = data["level"]
-                        console.print(f"  {LevelResult.from_dict(lv).load:<7} {lv['status']:<8} "
-                                      f"{steady_text(LevelResult.from_dict(lv)):>22} tok/s steady, "
-                                      f"{lv['metrics'].get('output_throughput', 0):,.1f} whole run", highlight=False)
+                        console.print(level_line(LevelResult.from_dict(data["level"])), highlight=False)
                 return run_trial(ctx, n, params, role, on_event), store
     finally:
         runner.close()

@@ -150,8 +150,9 @@ def _launches(study: Path) -> list[dict[str, Any]]:
 
 
 def launch_record(t: TrialResult, study: str, default_client: str = "builtin") -> dict[str, Any]:
-    """One launch: its outcome (ok / crash with class and signature / infra / pruned), ready time, and per client
-    and level the producer's figures."""
+    """One launch: its outcome (ok / crash with class and signature / infra / pruned), ready time, the machine it ran
+    on (the trial's `machine`; "" where the version that ran it did not record one), and per client and level the
+    producer's figures."""
     crash = t.crash
     infra = t.status in ("infra", "interrupted", "running") or (crash is not None and crash.cls == "infra")
     outcome = "infra" if infra else "crash" if t.status == "crashed" or crash else t.status
@@ -162,7 +163,7 @@ def launch_record(t: TrialResult, study: str, default_client: str = "builtin") -
     return {"study": study, "trial": t.trial, "role": t.role, "params": dict(t.params), "outcome": outcome,
             "crash": None if crash is None else {k: getattr(crash, k) for k in
                                                  ("cls", "signature", "phase", "level", "exception_line")},
-            "ready_s": t.ready_s, "levels": levels}
+            "ready_s": t.ready_s, "machine": t.machine or "", "levels": levels}
 
 
 def level_record(lv: LevelResult) -> dict[str, Any]:
