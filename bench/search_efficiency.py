@@ -344,4 +344,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tunectl.errors import TunectlError
+
+    try:
+        sys.exit(main())
+    except TunectlError as e:            # a bad profile path or field: one line, as the CLI says it
+        sys.exit(f"search_efficiency: {e}")
