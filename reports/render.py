@@ -24,7 +24,8 @@ from tunectl.reports.data import (
     throughput_curves,
 )
 from tunectl.reports.importance import importance
-from tunectl.reports.tables import PER_TOKEN_COLUMNS, crash_map, finalists, trial_rows, warm_lines, workload_columns
+from tunectl.reports.tables import (PER_TOKEN_COLUMNS, crash_map, finalists, several_machines, trial_rows, warm_lines,
+                                    workload_columns)
 
 
 def flag_diff(data: StudyData) -> list[dict[str, Any]]:
@@ -185,12 +186,15 @@ def _tables_html(r: dict[str, Any]) -> str:
         + "<p>key flags: the knobs where a trial differs from the baseline.</p>"
         + "<p>confirmed: the mean over a config's fresh launches where the finalists' race re-ran it (the "
           "winner's one number on each of its runs).</p>"
+        + ("<p>machine: the GPUs a trial ran on (their id; not recorded by older versions): the trials ran on more "
+           "than one, and one config can read up to 20% apart on two GPUs of one model.</p>"
+           if several_machines(rows) else "")
         + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput", "confirmed",
                         *(["capacity"] if any(t["capacity"] for t in rows) else []),
                         *(f"tok/s {w}" for w in labels), "peak_concurrency",
                         *(["accept_len"] if any(t.get("accept_len") is not None for t in rows) else []),
                         *(k for k in PER_TOKEN_COLUMNS if any(t.get(k) is not None for t in rows)),
-                        "max_stable_concurrency", "crash_class",
+                        "max_stable_concurrency", *(["machine"] if several_machines(rows) else []), "crash_class",
                         "crashed_at", "exception_line", "log"],
                  "trials")
         + "</section>")

@@ -17,7 +17,7 @@ from tunectl.reports.data import (
 
 from tunectl.energy import level_energy
 from tunectl.models import TrialResult
-from tunectl.stats import pooled, spread
+from tunectl.stats import machine_short, pooled, spread
 
 
 def crash_map(trials: list[TrialResult]) -> dict[str, Any]:
@@ -139,7 +139,8 @@ PER_TOKEN_COLUMNS = {"w_per_gpu": "gpu_power_w", "j_per_token": "joules_per_outp
 def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
     """One row per trial: status, key flags, throughput (this launch's), the config's confirmed value where the
     finalists' race re-ran it (the mean over its launches: the winner's one number on each of its runs), max stable
-    concurrency, crash, log link."""
+    concurrency, the machine it ran on (its GPUs' id, "not recorded"; "" for a trial that measured nothing), crash,
+    log link."""
     rows = []
     base = baseline_trial(data.trials)
     confirmed = confirmed_values(data)
@@ -157,6 +158,7 @@ def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
             "accept_len": peak.metrics.get("spec_accept_length") if peak else None,     # speculative decoding
             **{k: level_energy(peak).get(m) for k, m in PER_TOKEN_COLUMNS.items()},   # energy and cost at the peak
             "max_stable_concurrency": t.max_stable_concurrency,
+            "machine": machine_short(t.machine or "") if t.levels or t.crash else "",
             "crash_class": t.crash.cls if t.crash else None,
             "crash_signature": t.crash.signature if t.crash else None,
             "crashed_at": t.crashed_level,
@@ -164,6 +166,12 @@ def trial_rows(data: StudyData, log_prefix: str = "") -> list[dict[str, Any]]:
             "levels_done": len(t.levels), "wall_s": t.wall_s,
             "log": f"{log_prefix}trials/{t.trial}/server.log"})
     return rows
+
+
+def several_machines(rows: list[dict[str, Any]]) -> bool:
+    """Whether the trials that measured something ran on more than one machine: then the tables name each one's
+    (two H100s of one model read one config up to 20% apart: docs/real-gpu.md)."""
+    return len({r["machine"] for r in rows if r["machine"]}) > 1
 
 
 def warm_lines(w: dict[str, Any]) -> list[str]:

@@ -125,10 +125,10 @@ def paired_gain(pairs: list[tuple[float, float]]) -> Interval:
 def machine_words(levels: dict[str, float]) -> str:
     """Machine levels (log, the reference 0) in words: "gpu-86d1d4a7 -10.6% against not recorded"."""
     ref = next(m for m, v in levels.items() if v == 0.0)
-    terms = ", ".join(f"{_machine_short(m)} {math.exp(v) - 1:+.1%}" for m, v in levels.items() if m != ref)
-    return f"{terms} against {_machine_short(ref)}"
+    terms = ", ".join(f"{machine_short(m)} {math.exp(v) - 1:+.1%}" for m, v in levels.items() if m != ref)
+    return f"{terms} against {machine_short(ref)}"
 
 
-def _machine_short(machine: str) -> str:
+def machine_short(machine: str) -> str:
     """A machine's name in the rule: its last part (the GPU's id), or 'not recorded'."""
     return machine.rsplit(", ", 1)[-1] if machine else "not recorded"

@@ -304,3 +304,23 @@ def test_a_sweep_line_of_the_real_client_shows_its_whole_run_not_an_empty_steady
         assert "steady" not in text and f"{lv.metrics['output_throughput']:,.1f} tok/s whole run" in text
     built = next(iter(trials().values())).levels[0]                 # the built-in client's steady window stays
     assert "tok/s steady" in level_line(built)
+
+
+def test_the_trials_table_names_the_machine_of_each_trial_of_the_resumed_study(tmp_path: Path):
+    """The study ran on two H100s (lease 1's, whose version did not record it, and lease 4's): `tunectl trials`
+    names each trial's machine, so the 6-18% lower readings of trials 19-26 are seen as the other card's."""
+    shutil.copytree(STUDY.parent, tmp_path / "results")
+    res = CliRunner().invoke(app, ["trials", "--study", "e2e-llama8b", "--results", str(tmp_path / "results")],
+                             env={"COLUMNS": "260"})
+    assert res.exit_code == 0, res.output
+    where = {}
+    for ln in res.output.splitlines():
+        cells = [c.strip() for c in ln.split("│")]
+        if len(cells) > 2 and cells[1].isdigit():
+            where[int(cells[1])] = cells[-3]
+    ts = trials()
+    assert set(where) == set(ts)
+    for n, t in ts.items():
+        expect = "-" if not t.levels else t.machine.rsplit(", ", 1)[-1] if t.machine else "not recorded"
+        assert where[n] == expect, n
+    assert {where[n] for n in range(19, 27)} == {"gpu-86d1d4a7"} and where[18] == "-"

@@ -49,6 +49,7 @@ def test_launches_on_one_machine_say_nothing(study: tuple[Path, StudyStore]) -> 
     number = winner_number(load_study(store))
     assert number is not None and "mixed_machines" not in number
     assert "machines" not in tunectl(root, "best").splitlines()[0]
+    assert "machine" not in tunectl(root, "trials").split("\n", 3)[2]      # no machine column: nothing to tell apart
 
 
 def test_a_winner_confirmed_on_two_machines_says_which_launch_ran_where(study: tuple[Path, StudyStore]) -> None:
@@ -111,7 +112,14 @@ def test_the_machine_is_in_the_export_and_beside_the_winner_in_the_report(study:
     trials = frames(data)["trials"]
     assert trials.set_index("trial").loc[best, "machine"] == B
     assert (trials["machine"] == A).sum() == len(trials) - 1
-    assert f"host virtual, {B}, SGLang" in render(compute(data))
+    page = render(compute(data))
+    assert f"host virtual, {B}, SGLang" in page
+    # the trial tables name each trial's machine (its GPUs' id) once the trials ran on more than one
+    assert "<th>machine</th>" in page and page.count("<td>gpu-9f8e7d6c</td>") == 1
+    assert page.count("<td>gpu-1a2b3c4d</td>") == sum(1 for t in data.trials if t.trial != best and (t.levels or t.crash))
+    table = tunectl(root, "trials")
+    row = next(ln for ln in table.splitlines() if ln.split("│")[1:2] and ln.split("│")[1].strip() == str(best))
+    assert "machine" in table and "gpu-9f8e7d6c" in row and "gpu-1a2b3c4d" not in row
 
 
 def test_a_search_resumed_on_another_machine_says_so_once_and_records_each_trials_machine(tmp_path: Path) -> None:

@@ -143,17 +143,18 @@ DIGITS = {"j_per_token": 3, "usd_per_mtok": 2}      # energy and cost columns of
 def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
     """Table of all trials of a study."""
     from tunectl.reports.data import fmt_params, load_study
-    from tunectl.reports.tables import trial_rows, workload_columns
+    from tunectl.reports.tables import several_machines, trial_rows, workload_columns
 
     store = _store(study, root)
     rows = trial_rows(load_study(store))
+    mach = ["machine"] if several_machines(rows) else []     # a study resumed on other GPUs: whose reading is whose
     labels = workload_columns(rows)           # several workloads: each one's best stable tok/s
     tab = Table(title=f"{store.name}: {len(rows)} trials")
     cap = ["capacity"] if any(r["capacity"] for r in rows) else []     # goodput studies, sweep --capacity
     per_tok = [(k, h) for k, h in (("w_per_gpu", "W/GPU"), ("j_per_token", "J/tok"), ("usd_per_mtok", "$/Mtok"))
                if any(r.get(k) is not None for r in rows)]                 # energy and cost at the peak level
     for col in ("#", "role", "status", "key flags (vs baseline)", "tok/s", "confirmed", *cap, *labels, "at c",
-                *(h for _, h in per_tok), "max stable c", "crash"):
+                *(h for _, h in per_tok), "max stable c", *mach, "crash"):
         tab.add_column(col, justify="left" if col in ("role", "status", "key flags (vs baseline)", "crash") else
                        "right", overflow="fold")
     style = {"ok": "green", "crashed": "red", "pruned": "dim", "infra": "yellow", "running": "cyan",
@@ -169,7 +170,7 @@ def trials(study: StudyOpt = None, root: RootOpt = DEFAULT_ROOT) -> None:
                     *(f"{r['per_workload'].get(w, 0.0):,.0f}" for w in labels),
                     str(r["peak_concurrency"] or "-"),
                     *("-" if r[k] is None else f"{r[k]:,.{DIGITS.get(k, 0)}f}" for k, _ in per_tok),
-                    str(r["max_stable_concurrency"]), escape(crash))
+                    str(r["max_stable_concurrency"]), *([r["machine"] or "-"] if mach else []), escape(crash))
     show_table(tab, keep=("role", "status"))
 
 
