@@ -158,6 +158,10 @@ def test_confirm_a_study_continues_where_it_stopped_and_best_names_it(env):
     one = tunectl(env, "confirm", "--study", "virt", "-p", env["profile"], "-n", "1", "-c", "64")
     assert one.returncode == 0, one.stderr[-2000:]
     assert "no verdict yet (one pair" in " ".join(one.stdout.split())
+    heads = [ln for ln in one.stdout.splitlines() if ln.startswith("launch ")]
+    # the first launch has nothing to go by; the next ones say what is left, from the launches so far
+    assert heads[0].startswith("launch 1 of 2: winner") and "left" not in heads[0]
+    assert heads[1].startswith("launch 2 of 2: baseline") and heads[1].endswith(" left with this one")
     two = tunectl(env, "confirm", "--study", "virt", "-p", env["profile"], "-n", "2", "-c", "64", "--json")
     assert two.returncode == 0, two.stderr[-2000:]
     doc = json.loads(two.stdout)

@@ -163,10 +163,13 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
         console.print(f"order: {' '.join(s[0].upper() for s in plan)} ({len(done)} measured, {len(todo)} to run) "
                       f"-> results/{name}", highlight=False)
         return None
+    walls: list[float] = []                   # this run's launches: what the ones left will take, as a hint
     for i, who in enumerate(todo, len(done) + 1):
         if not as_json:
+            left = (f"; about {_minutes(sum(walls) / len(walls) * (len(plan) - i + 1))} left with this one"
+                    if walls else "")
             console.print(f"[bold]launch {i} of {len(plan)}: {who}[/] "
-                          f"({_flags(params[who]) if who == 'winner' else _against_label(against)})",
+                          f"({_flags(params[who]) if who == 'winner' else _against_label(against)}){left}",
                           highlight=False)
         result, _ = _run(prof, params[who], (levels, [] if levels else None, False), name, root, as_json,
                          role=cf.ROLE[who], info={**info, "profile": redact.profile(prof)})
@@ -177,6 +180,8 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
                               "so far are kept and the same command continues", highlight=False, soft_wrap=True)
             sys.exit(1)
         runs.append(result)
+        if result.wall_s:
+            walls.append(result.wall_s)
         if not as_json:
             _launch_line(result, who)
     rows = cf.judge(runs, prof)
@@ -228,6 +233,10 @@ def _rest(plan: list[str], done: list[str]) -> list[str]:
             out.append(s)
             left[s] -= 1
     return out
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def _launch_line(t: TrialResult, who: str) -> None:
