@@ -91,9 +91,11 @@ def test_a_tie_says_how_wide_it_is_and_how_many_pairs_would_tell_the_measured_ga
     logs = [math.log(r) for r in ratios]
     sd, effect = stdev(logs), abs(sum(logs) / len(logs))
     assert t95(need - 1) * sd / math.sqrt(need) < effect <= t95(need - 2) * sd / math.sqrt(need - 1)
-    assert f"--launches {need} " in line
-    # read from confirm.json (rows as dicts) it says the same
+    assert line.endswith(f"(the same command with --launches {need} adds them to these)")
+    # read from confirm.json (rows as dicts) it says the same; given the command, it names it
     assert cf.resolution([r.to_dict() for r in rows]) == line
+    named = cf.resolution(rows, "tunectl confirm --study s")
+    assert named.endswith(f"(`tunectl confirm --study s --launches {need}` adds them to these)")
 
 
 def test_a_verdict_needs_no_resolution_and_a_gain_too_small_to_ever_tell_is_called_alike():

@@ -171,10 +171,11 @@ def conclusion(rows: list[Row], against: str, crashed: dict[str, tuple[int, int]
 MAX_PAIRS = 50      # past this many pairs of launches a difference is below what a serving team acts on: "a tie"
 
 
-def resolution(rows: list[Row] | list[dict[str, Any]]) -> str | None:
+def resolution(rows: list[Row] | list[dict[str, Any]], again: str | None = None) -> str | None:
     """On a tie of the objective with 2+ pairs: how wide the tie is, and how many pairs (at the spread of the log
     ratios these pairs showed) would make the interval exclude 1 if the gain is what they measured: the cost of
-    telling the difference, for the user to weigh. None for a verdict, one pair, or pairs that agree exactly."""
+    telling the difference, for the user to weigh. None for a verdict, one pair, or pairs that agree exactly.
+    `again`: the command that adds launches to these (`tunectl confirm --study NAME`), named in the line."""
     r = rows[-1] if rows else None
     if r is None:
         return None
@@ -191,8 +192,9 @@ def resolution(rows: list[Row] | list[dict[str, Any]]) -> str | None:
     if need is None:
         return (f"{width}: the {abs(p.value - 1):.1%} the pairs measured would take more than {MAX_PAIRS} pairs "
                 "of launches to tell from none; the two serve alike here")
+    how = f"`{again} --launches {need}`" if again else f"the same command with --launches {need}"
     return (f"{width}: telling the {abs(p.value - 1):.1%} the pairs measured from none would take about {need} "
-            f"pairs at this spread (--launches {need} keeps the launches so far)")
+            f"pairs at this spread ({how} adds them to these)")
 
 
 def recorded(root: Any, study: str, params: dict[str, Any]) -> dict[str, Any] | None:

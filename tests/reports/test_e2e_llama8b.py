@@ -286,8 +286,9 @@ def test_best_and_the_report_carry_the_real_confirmation_and_what_its_tie_can_te
     assert res.exit_code == 0, res.output
     doc = json.loads((CONFIRM / "confirm.json").read_text())
     assert f"# tunectl confirm (results/e2e-llama8b-confirm): {doc['conclusion']}" in res.output
-    line = cf.resolution(doc["rows"])
+    line = cf.resolution(doc["rows"], "tunectl confirm --study e2e-llama8b")
     assert line and line.startswith("a tie within") and f"# {line}" in res.output
+    assert "`tunectl confirm --study e2e-llama8b --launches " in line
     rep = CliRunner().invoke(app, ["report", "--study", "e2e-llama8b", "--results", str(tmp_path / "results")])
     assert rep.exit_code == 0, rep.output
     page = (tmp_path / "results" / "e2e-llama8b" / "report.html").read_text()

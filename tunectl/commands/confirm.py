@@ -191,7 +191,8 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
            "pairs": len(cf.pairs(runs)), "rows": [r.to_dict() for r in rows],
            "crashed": {k: v[0] for k, v in cf.crashes(runs).items()},
            "conclusion": cf.conclusion(rows, _against_label(against), cf.crashes(runs)),
-           "resolution": cf.resolution(rows), "finished_at": time.time()}
+           "resolution": cf.resolution(rows, f"tunectl confirm --study {of}" if of else None),
+           "finished_at": time.time()}
     atomic_write(out.dir / "confirm.json", json.dumps(doc, indent=2, default=str))
     if as_json:
         if emit:

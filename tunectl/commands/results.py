@@ -124,7 +124,7 @@ def report(study: StudyOpt = None, out: OutOpt = None, reference: RefOpt = None,
         conf = recorded(store.root, store.name, dict(r["summary"]["best"]["params"]))
         if conf is not None:
             conf["noise_line"] = noise_line(conf.get("rows") or [])
-            conf["resolution"] = resolution(conf.get("rows") or [])
+            conf["resolution"] = resolution(conf.get("rows") or [], f"tunectl confirm --study {store.name}")
         r["summary"]["confirmation"] = conf
         r["summary"]["slurm"] = _on_slurm(data.study)
     page = render(r)
@@ -201,7 +201,7 @@ def best(study: StudyOpt = None, format: FormatOpt = "command", root: RootOpt = 
             print(f"# tunectl confirm (results/{conf['study']}): {conf['conclusion']}")
             if line := noise_line(conf.get("rows") or []):
                 print(f"# {line}")
-            if line := resolution(conf.get("rows") or []):
+            if line := resolution(conf.get("rows") or [], f"tunectl confirm --study {store.name}"):
                 print(f"# {line}")
         elif data.study.get("kind", "search") == "search" and not _on_slurm(data.study):
             print(f"# not yet confirmed against SGLang's own choice on fresh launches: `tunectl confirm --study "
