@@ -57,6 +57,15 @@ def trial_engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event 
     return evaluate
 
 
+KILL_WAIT_S = 10.0      # how long SIGKILLed processes get to leave the process table before the group is judged
+
+
+def _wait_gone(runner: Any, handle: Any, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while runner.group_processes(handle) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0, remove: bool = False) -> None:
     """Tear down the server trial n left behind (by its recorded process group and run id, never by name) and
     bring its whole server log into results/ (a dead coordinator kept only what it had read). `remove` (a dead
@@ -77,17 +86,22 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0, 
     handle.pgid = int(raw) if raw.isdigit() else None
     if runner.group_processes(handle):
         runner.signal_group(handle, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while runner.group_processes(handle) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _wait_gone(runner, handle, grace_s)
         if runner.group_processes(handle):
             runner.signal_group(handle, signal.SIGKILL)
+            _wait_gone(runner, handle, KILL_WAIT_S)      # a killed process is not gone at once (a loaded host)
     log = runner.read_file(handle.log_path)            # the whole log, into results/ (it may be on another host)
     if len(log) > (store.log_path(n).stat().st_size if store.log_path(n).exists() else 0):
         store.write_log(n, log.decode(errors="replace"))
     if remove and not runner.group_processes(handle):  # its server is gone: so is what it left on the host (its
         with contextlib.suppress(ValueError, TunectlError):        # `env` holds the profile's secrets in clear)
-            runner.remove_tree(plan["trial_dir"])
+            # the launch wrapper's last write (its exit code) can land just after the group first looked empty,
+            # as in the teardown: once more if the tree was still being written to while it went
+            for _ in range(2):
+                runner.remove_tree(plan["trial_dir"])
+                if not runner.exists(plan["trial_dir"]):
+                    break
+                time.sleep(0.5)
 
 
 class Abandoned(Exception):
