@@ -177,6 +177,9 @@ def own_leftovers(runner: Runner, workdir: str, python: str = "python3") -> dict
     return groups
 
 
+KILL_WAIT_S = 10.0      # how long SIGKILLed processes get to leave before a group is reported still running
+
+
 def stop_groups(runner: Runner, groups: dict[int, ProcHandle], grace_s: float = 20.0) -> list[str]:
     """SIGTERM each recorded process group, SIGKILL after grace_s; never by name. One line per group."""
     for handle in groups.values():
@@ -184,12 +187,21 @@ def stop_groups(runner: Runner, groups: dict[int, ProcHandle], grace_s: float = 
     deadline = time.monotonic() + grace_s
     while any(runner.group_processes(h) for h in groups.values()) and time.monotonic() < deadline:
         time.sleep(0.2)
+    forced = {pgid for pgid, h in groups.items() if runner.group_processes(h)}
+    for pgid in forced:
+        runner.signal_group(groups[pgid], signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT_S          # a killed process is not gone at once (a loaded host)
+    while any(runner.group_processes(groups[p]) for p in forced) and time.monotonic() < deadline:
+        time.sleep(0.2)
     out = []
     for pgid, handle in groups.items():
-        forced = bool(runner.group_processes(handle))
-        if forced:
-            runner.signal_group(handle, signal.SIGKILL)
-        out.append(f"process group {pgid} (run {handle.run_id}) stopped" + (" with SIGKILL" if forced else ""))
+        left = runner.group_processes(handle)
+        if left:
+            out.append(f"process group {pgid} (run {handle.run_id}) still running after SIGKILL: pid "
+                       + ", ".join(str(p.pid) for p in left))
+        else:
+            out.append(f"process group {pgid} (run {handle.run_id}) stopped"
+                       + (" with SIGKILL" if pgid in forced else ""))
     return out
 
 

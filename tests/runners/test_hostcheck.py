@@ -200,3 +200,40 @@ def test_a_trials_machine_names_its_gpus_power_limit_and_cards():
 
 def test_a_host_without_nvidia_smi_records_no_machine_and_no_error(any_runner):
     assert hostcheck.machine(any_runner, [0], smi=f"nvidia-smi-absent-{uuid.uuid4().hex[:6]}") == ""
+
+
+DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('deaf', flush=True); time.sleep(300)"
+
+
+def test_stopping_a_leftover_that_ignores_sigterm_kills_it_and_waits_until_it_is_gone(any_runner, tmp_path):
+    """`tunectl check --stop-leftovers`: a group deaf to SIGTERM gets SIGKILL, and the line says "stopped" only once
+    the group has left the process table, so the caller's removal of its `env` (secrets) is not skipped."""
+    rid = f"hc-deaf-{uuid.uuid4().hex[:8]}"
+    h = any_runner.start_detached(py(DEAF), str(tmp_path / "deaf"), {}, rid)
+    try:
+        assert wait_for(lambda: b"deaf" in any_runner.read_file(h.log_path))
+        [line] = hostcheck.stop_groups(any_runner, {h.pgid: h}, grace_s=0.5)
+        assert line == f"process group {h.pgid} (run {rid}) stopped with SIGKILL"
+        assert any_runner.group_processes(h) == []
+    finally:
+        any_runner.signal_group(h, signal.SIGKILL)
+
+
+def test_a_group_still_there_after_sigkill_is_reported_with_its_pids(monkeypatch):
+    """A process SIGKILL cannot end at once (uninterruptible I/O on a hung disk or driver) is not called stopped."""
+    from tunectl.runners.hosts.base import ProcHandle, ProcInfo
+
+    class Stuck:                            # the runner's view of a group whose process never leaves
+        signals: list[int] = []
+
+        def group_processes(self, handle):
+            return [ProcInfo(pid=4242, pgid=4242, cmdline="python3 -m sglang.launch_server", start_time="1")]
+
+        def signal_group(self, handle, sig):
+            self.signals.append(sig)
+
+    monkeypatch.setattr(hostcheck, "KILL_WAIT_S", 0.3)
+    h = ProcHandle.for_dir("run-x", "/tmp/x")
+    [line] = hostcheck.stop_groups(Stuck(), {4242: h}, grace_s=0.2)
+    assert Stuck.signals == [signal.SIGTERM, signal.SIGKILL]
+    assert line == "process group 4242 (run run-x) still running after SIGKILL: pid 4242"
