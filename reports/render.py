@@ -160,6 +160,7 @@ def _tables_html(r: dict[str, Any]) -> str:
             "pooled estimate": f"{g['estimate']:,.0f}" if "estimate" in g else "-"}
            for g in r["finalists"]]
     labels = workload_columns(r["trials"])
+    mach = ["machine"] if several_machines(r["trials"]) else []
     rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>',
              **{f"tok/s {w}": round(t["per_workload"].get(w, 0.0)) for w in labels}} for t in r["trials"]]
     diff_cols = ["flag"] + [c for c in ("best", "baseline", "reference")
@@ -188,13 +189,13 @@ def _tables_html(r: dict[str, Any]) -> str:
           "winner's one number on each of its runs).</p>"
         + ("<p>machine: the GPUs a trial ran on (their id; not recorded by older versions): the trials ran on more "
            "than one, and one config can read up to 20% apart on two GPUs of one model.</p>"
-           if several_machines(rows) else "")
+           if mach else "")
         + _table(rows, ["trial", "role", "status", "key_flags", "output_throughput", "confirmed",
                         *(["capacity"] if any(t["capacity"] for t in rows) else []),
                         *(f"tok/s {w}" for w in labels), "peak_concurrency",
                         *(["accept_len"] if any(t.get("accept_len") is not None for t in rows) else []),
                         *(k for k in PER_TOKEN_COLUMNS if any(t.get(k) is not None for t in rows)),
-                        "max_stable_concurrency", *(["machine"] if several_machines(rows) else []), "crash_class",
+                        "max_stable_concurrency", *mach, "crash_class",
                         "crashed_at", "exception_line", "log"],
                  "trials")
         + "</section>")

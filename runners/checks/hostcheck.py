@@ -177,22 +177,34 @@ def own_leftovers(runner: Runner, workdir: str, python: str = "python3") -> dict
     return groups
 
 
-KILL_WAIT_S = 10.0      # how long SIGKILLed processes get to leave before a group is reported still running
+KILL_WAIT_S = 10.0      # how long SIGKILLed processes get to leave the process table before a group is judged
+
+
+def terminate(runner: Runner, groups: dict[Any, ProcHandle], grace_s: float) -> set[Any]:
+    """Stop process groups by their recorded handle, never by name: SIGTERM each one that has processes, SIGKILL
+    what is left after grace_s, then wait up to KILL_WAIT_S for the killed ones to leave (a killed process is not
+    gone at once on a loaded host; judged at once, a caller would keep or skip what it removes after). The keys
+    that needed SIGKILL."""
+    live = {k: h for k, h in groups.items() if runner.group_processes(h)}
+    for h in live.values():
+        runner.signal_group(h, signal.SIGTERM)
+
+    def gone(keys: Any, limit: float) -> None:
+        deadline = time.monotonic() + limit
+        while any(runner.group_processes(live[k]) for k in keys) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    gone(live, grace_s)
+    forced = {k for k, h in live.items() if runner.group_processes(h)}
+    for k in forced:
+        runner.signal_group(live[k], signal.SIGKILL)
+    gone(forced, KILL_WAIT_S)
+    return forced
 
 
 def stop_groups(runner: Runner, groups: dict[int, ProcHandle], grace_s: float = 20.0) -> list[str]:
-    """SIGTERM each recorded process group, SIGKILL after grace_s; never by name. One line per group."""
-    for handle in groups.values():
-        runner.signal_group(handle, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while any(runner.group_processes(h) for h in groups.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    forced = {pgid for pgid, h in groups.items() if runner.group_processes(h)}
-    for pgid in forced:
-        runner.signal_group(groups[pgid], signal.SIGKILL)
-    deadline = time.monotonic() + KILL_WAIT_S          # a killed process is not gone at once (a loaded host)
-    while any(runner.group_processes(groups[p]) for p in forced) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    """`terminate` the leftover groups; one line per group: stopped (with SIGKILL), or still running with its pids."""
+    forced = terminate(runner, groups, grace_s)
     out = []
     for pgid, handle in groups.items():
         left = runner.group_processes(handle)

@@ -15,7 +15,6 @@
 """
 from __future__ import annotations
 
-import signal
 import time
 import urllib.error
 import urllib.request
@@ -286,15 +285,13 @@ def _wait(pred: Callable[[], bool], limit: float, step: float = 0.1) -> bool:
 
 
 def teardown(server: Server) -> dict[str, Any]:
+    from tunectl.runners.checks import hostcheck
+
     r, h, t = server.runner, server.handle, server.prof.server.timeouts
     t0 = time.monotonic()
     snapshot = r.group_processes(h)
     server.watcher.mark_stopping()
-    r.signal_group(h, signal.SIGTERM)
-    graceful = _wait(lambda: not r.group_processes(h), t.teardown_grace_s)
-    if not graceful:
-        r.signal_group(h, signal.SIGKILL)
-        _wait(lambda: not r.group_processes(h), 10.0)
+    graceful = not hostcheck.terminate(r, {0: h}, t.teardown_grace_s)
     # the launch wrapper's last step (`mv exit_code.tmp exit_code`, with the run's environment) can start just
     # after the group first looked empty: done = exit code written and group empty
     _wait(lambda: r.exists(h.exit_code_path) and not r.group_processes(h), 2.0, 0.05)

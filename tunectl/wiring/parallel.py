@@ -13,7 +13,6 @@ is read through the host's runner), so a study over many hosts has one place for
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -57,19 +56,11 @@ def trial_engine(prof: Profile, runner: Any, store: StudyStore, on_event: Event 
     return evaluate
 
 
-KILL_WAIT_S = 10.0      # how long SIGKILLed processes get to leave the process table before the group is judged
-
-
-def _wait_gone(runner: Any, handle: Any, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while runner.group_processes(handle) and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0, remove: bool = False) -> None:
     """Tear down the server trial n left behind (by its recorded process group and run id, never by name) and
     bring its whole server log into results/ (a dead coordinator kept only what it had read). `remove` (a dead
     worker's trial, at resume): then remove its host trial directory, once its server is gone."""
+    from tunectl.runners.checks import hostcheck
     from tunectl.runners.hosts.base import ProcHandle
     from tunectl.wiring.slurm_trials import is_slurm, stop_job
 
@@ -84,12 +75,7 @@ def stop_leftover(runner: Any, store: StudyStore, n: int, grace_s: float = 5.0, 
     handle = ProcHandle.for_dir(plan["run_id"], plan["trial_dir"])
     raw = runner.read_file(handle.pgid_path).strip()
     handle.pgid = int(raw) if raw.isdigit() else None
-    if runner.group_processes(handle):
-        runner.signal_group(handle, signal.SIGTERM)
-        _wait_gone(runner, handle, grace_s)
-        if runner.group_processes(handle):
-            runner.signal_group(handle, signal.SIGKILL)
-            _wait_gone(runner, handle, KILL_WAIT_S)      # a killed process is not gone at once (a loaded host)
+    hostcheck.terminate(runner, {n: handle}, grace_s)
     log = runner.read_file(handle.log_path)            # the whole log, into results/ (it may be on another host)
     if len(log) > (store.log_path(n).stat().st_size if store.log_path(n).exists() else 0):
         store.write_log(n, log.decode(errors="replace"))
