@@ -55,8 +55,8 @@ class Seen:
     params: dict[str, Any]
     crash_phase: str | None = None                  # "startup" | "load" | None (served the whole ladder)
     fixes: Sequence[tuple[str, Any]] = ()          # the catalog's repairs for its crash signature
-    levels: dict[int, float] = field(default_factory=dict)   # stable throughput per concurrency
-    crash_level: int | None = None
+    levels: dict[float, float] = field(default_factory=dict)   # stable throughput per load (`load_levels`)
+    crash_level: float | None = None                # the load it crashed at: a concurrency, or a request rate
     number: int = -1
     bounds: dict[str, float] = field(default_factory=dict)   # how far a repair target must move (an OOM's size)
     exception: str = ""                             # the crash's exception line
@@ -140,8 +140,9 @@ def as_demanding(search: SearchSpec, started: dict[str, Any], params: dict[str, 
 
 def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen], params: dict[str, Any] | None = None,
              fp: Footprint | None = None) -> bool:
-    """A config that keeps the crash did not crash so: it started (startup crash), or served as much load as the
-    crashed one did at its crash level (load crash). For a startup OOM (its repairs lower the mem fraction) and a
+    """A config that keeps the crash did not crash so: it started (startup crash), or served as much as the crashed
+    one did just below its crash level at a load at least that high (load crash: a concurrency, or a capacity
+    search's request rate). For a startup OOM (its repairs lower the mem fraction) and a
     proposal, only a started config that needs at least the proposal's memory refutes it (`as_demanding`): one that
     started with chunks of 8,192 says nothing about the autotune workspace of chunks of 16,384."""
     if crashed.crash_phase == "startup":
@@ -149,8 +150,9 @@ def _refuted(search: SearchSpec, crashed: Seen, seen: list[Seen], params: dict[s
         return any(s.crash_phase != "startup" and keeps_crash(search, s.params, crashed, fp)
                    and (not oom or as_demanding(search, s.params, params, fp)) for s in seen)
     need, level = _load_at(crashed), crashed.crash_level
-    return any(s.crash_phase is None and keeps_crash(search, s.params, crashed)
-               and level is not None and s.levels.get(level, 0.0) >= need for s in seen)
+    return level is not None and any(
+        s.crash_phase is None and keeps_crash(search, s.params, crashed)
+        and any(load >= level and served >= need for load, served in s.levels.items()) for s in seen)
 
 
 def suspects(crashed: Seen, seen: list[Seen]) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from tunectl.search.trials import (  # noqa: F401  (importable from here, as bef
     history,
     in_flight_repairs,
     level_values,
+    load_levels,
     lost_moves,
     outcome,
     ran,
@@ -314,6 +315,6 @@ class Steps:
                 if phase else ()
             exc = str(a.get("crash_exception", ""))
             bounds = oom_veto_bounds(exc, dict(t.params), self.prof.search) if phase == "startup" else {}
-            out.append(Seen(dict(t.params), phase, fixes, {c: v for (_, c), v in level_values(t).items()},
-                            a.get("crash_level"), t.number, bounds, exc))
+            levels, crash_load = load_levels(t)
+            out.append(Seen(dict(t.params), phase, fixes, levels, crash_load, t.number, bounds, exc))
         return out

@@ -122,22 +122,34 @@ class LadderStep:
     status: str
     output_throughput: float
     duration_s: float
+    request_rate: float | None = None     # an open-loop level (a capacity search's probe): its req/s
 
     @classmethod
     def of(cls, lv: LevelResult) -> LadderStep:
-        return cls(lv.workload, lv.concurrency, lv.status, round(lv.output_throughput, 2), round(lv.duration_s, 3))
+        return cls(lv.workload, lv.concurrency, lv.status, round(lv.output_throughput, 2), round(lv.duration_s, 3),
+                   lv.request_rate)
+
+    @property
+    def load(self) -> float:
+        """What the level offered: its request rate when open-loop, else its concurrency."""
+        return float(self.request_rate) if self.request_rate is not None else float(self.concurrency)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["request_rate"] is None:
+            del d["request_rate"]           # closed-loop levels are stored as before
+        return d
 
     @classmethod
     def from_attr(cls, raw: Any) -> LadderStep:
         """From a stored dict, or from the positional [workload, concurrency, status, throughput, duration] list
         that studies before the named record stored."""
+        rate = raw.get("request_rate") if isinstance(raw, dict) else None
         if isinstance(raw, dict):
             raw = [raw["workload"], raw["concurrency"], raw["status"], raw["output_throughput"], raw["duration_s"]]
         workload, conc, status, thr, dur = raw
-        return cls(str(workload), int(conc), str(status), float(thr), float(dur))
+        return cls(str(workload), int(conc), str(status), float(thr), float(dur),
+                   None if rate is None else float(rate))
 
 
 def ladder_steps(raw: Any) -> list[LadderStep]:

@@ -264,21 +264,56 @@ def test_a_repair_that_crashes_again_counts_toward_the_crash_it_started_from() -
     assert repair_counts(done) == {(1, ""): 3, (4, ""): 1}
 
 
-def test_repair_chains_stop_after_their_share_of_the_budget(tmp_path: Path) -> None:
-    """A MoE runner whose autotune runs out of memory at startup: its first repair (autotune off) runs out of memory
-    capturing graphs, and that one's repair (a lower mem fraction) serves. The chain has had its two repair steps:
-    the first crash's other repair (a lower mem fraction with autotune on) is not spent on too."""
+def test_an_autotune_oom_in_a_search_is_repaired_with_autotune_kept(tmp_path: Path) -> None:
+    """The whole loop on the stand-in: a MoE runner whose autotune runs out of memory at startup is repaired next
+    with less static memory, autotune kept, and serves (not first with autotune off, the tuned kernels lost)."""
     prof = load_profile(ROOT / "profiles" / "sim-deepseek-v32-8xb200.yaml")
     prof.search.finalists.top_k = 0
     prof.search.try_first = [{"moe-runner-backend": "flashinfer_trtllm", "cuda-graph-max-bs": 512,
                               "mem-fraction-static": 0.92}]
-    out = run_search(prof, trials=8, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
-    trials = search_trials(out.storage, prof.name)
-    first = trials[1]
-    assert first.user_attrs["crash_phase"] == "startup"
-    assert trials[2].user_attrs["repair_of"] == first.number and trials[2].user_attrs["crash_phase"] == "startup"
-    assert trials[2].user_attrs["repair_for"] == first.user_attrs["crash_signature"]
-    assert repair_counts(trials)[(first.number, first.user_attrs["crash_signature"])] == REPAIRS_PER_CRASH
+    out = run_search(prof, trials=3, root=tmp_path, evaluate=VirtualEvaluator(prof), seed=0)
+    first, fixed = search_trials(out.storage, prof.name)[1:3]
+    assert first.user_attrs["crash_signature"] == "flashinfer_autotune_failed"
+    assert "out of memory" in first.user_attrs["crash_exception"]
+    assert fixed.user_attrs["repair_of"] == first.number and "crash_class" not in fixed.user_attrs
+    assert fixed.params["disable-flashinfer-autotune"] is False
+    assert fixed.params["mem-fraction-static"] < first.params["mem-fraction-static"]
+
+
+@pytest.mark.parametrize("budget", [REPAIRS_PER_CRASH, REPAIRS_PER_CRASH + 1])
+def test_repair_chains_stop_after_their_share_of_the_budget(budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MoE runner's autotune failed at startup with a kernel error: its first repair (autotune off) ran out of
+    memory capturing graphs, and that one's repair (a lower mem fraction) served. The chain has had its two repair
+    steps: the first crash's other repair (a lower mem fraction with autotune on) is not spent on too; with a budget
+    of three it would be."""
+    import random
+
+    from tunectl.search import steps as steps_mod
+
+    monkeypatch.setattr(steps_mod, "REPAIRS_PER_CRASH", budget)
+    prof = load_profile(ROOT / "profiles" / "sim-deepseek-v32-8xb200.yaml")
+    base = {**baseline_params(prof), "moe-runner-backend": "flashinfer_trtllm", "cuda-graph-max-bs": 512,
+            "disable-flashinfer-autotune": False}
+    startup = {"crash_class": "config_error", "crash_phase": "startup"}
+    served = trial(0, 1900.0, {}, **baseline_params(prof))
+    first = trial(1, 0.0, {**startup, "crash_signature": "flashinfer_autotune_failed",
+                           "crash_exception": "RuntimeError: trtllm_fp4_block_scale_moe failed with error code 700"},
+                  **{**base, "mem-fraction-static": 0.92})
+    off = trial(2, 0.0, {**startup, "proposed_by": "repair", "repair_of": 1, "repair_for": "flashinfer_autotune_failed",
+                         "crash_signature": "capture_cuda_graph_failed",
+                         "crash_exception": "Exception: Capture cuda graph failed: CUDA out of memory."},
+                **{**base, "mem-fraction-static": 0.92, "disable-flashinfer-autotune": True})
+    lower = trial(3, 2400.0, {"proposed_by": "repair", "repair_of": 2, "repair_for": "capture_cuda_graph_failed"},
+                  **{**base, "mem-fraction-static": 0.9, "disable-flashinfer-autotune": True})
+    done = [served, first, off, lower]
+    assert repair_counts(done) == {(1, "flashinfer_autotune_failed"): 2}
+    steps = steps_mod.Steps(prof, crashes.repairs_for, random.Random(0))
+    again = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
+    if budget == 2:
+        assert again is None or again[0] != 1
+    else:
+        assert again is not None and again[0] == 1 and again[1]["disable-flashinfer-autotune"] is False
+        assert again[1]["mem-fraction-static"] < 0.92
 
 
 def test_a_startup_phase_past_its_deadline_is_repaired_by_the_catalog(tmp_path: Path) -> None:
@@ -716,3 +751,71 @@ def test_a_step_that_would_repeat_a_repairable_crash_is_taken_with_that_crash_s_
     cand, attrs = took
     assert attrs["step_repaired"] == 3 and cand["mem-fraction-static"] == 0.88       # the step kept
     assert cand != step and predicted_crash(prof.search, cand, known) is None       # and a repair that runs
+
+
+def test_an_autotune_oom_is_repaired_with_memory_and_keeps_the_tuned_kernels() -> None:
+    """FlashInfer autotune's dummy run ran out of memory at mem fraction 0.95 (the stand-in's log, read by the
+    real classifier): the repair lowers the fraction as far as the log's "Tried to allocate" says and keeps
+    autotune (and the patch that turns it on for flashinfer_cutlass) on. Switching autotune off would start too,
+    but without the tuned kernels (1.4x slower MoE on this card). A kernel error in autotune is no memory
+    problem: there autotune off stays the first repair."""
+    import random
+
+    from tunectl.search.feedback import evidence_attrs
+    from tunectl.search.steps import Steps
+
+    prof = load_profile(ROOT / "profiles" / "sim-glm5-goodput.yaml")
+    base = baseline_params(prof)
+    crashed_cfg = {**base, "max-running-requests": 2048, "flashinfer-cutlass-autotune": True,
+                   "chunked-prefill-size": 4096, "mem-fraction-static": 0.95, "disable-chunked-prefix-cache": True,
+                   "kv-cache-dtype": "bf16"}
+    model = VirtualEvaluator(prof, 0, noise=0.0)
+    res = model(1, crashed_cfg, "search", None)
+    assert res.crash is not None and res.crash.signature == "flashinfer_autotune_failed"
+    assert "out of memory" in res.crash.exception_line
+    memory, autotune_off = ("mem-fraction-static", LOWER), ("disable-flashinfer-autotune", True)
+    assert crashes.repairs_for(res.crash.signature, res.crash.exception_line)[0] == memory
+    kernel = "RuntimeError: trtllm_fp4_block_scale_moe failed with error code 700"
+    assert crashes.repairs_for("flashinfer_autotune_failed", kernel)[0] == autotune_off
+
+    served = trial(0, 8.7, {}, **base)
+    crash = trial(1, 0.0, evidence_attrs(res), **crashed_cfg)
+    steps = Steps(prof, crashes.repairs_for, random.Random(0))
+    done = [served, crash]
+    fixed = steps._repair(done, {config_key(t.params) for t in done}, steps.seen(done), [])
+    assert fixed is not None and fixed[0] == 1
+    cand = fixed[1]
+    assert cand["flashinfer-cutlass-autotune"] is True and cand["disable-flashinfer-autotune"] is False
+    assert cand["mem-fraction-static"] < 0.95
+    assert model(2, cand, "search", None).crash is None           # and it starts
+
+
+def test_a_load_crash_in_a_capacity_search_is_foreseen_by_its_request_rate() -> None:
+    """A goodput study's levels are open-loop probes, all at concurrency 0: keyed by concurrency, every config's
+    levels read as one level, the crash as one at load 0, and the baseline (capped at 64 running requests, which
+    never reaches the batches that crash) refuted every load crash. Keyed by request rate, the crash of
+    page_table_1_flattened at its probe's rate (the stand-in's log, read by the real classifier) is foreseen for a
+    step that keeps it, until a config that keeps it serves as much at that rate or more."""
+    import random
+
+    from tunectl.search.feedback import evidence_attrs
+    from tunectl.search.steps import Steps
+
+    prof = load_profile(ROOT / "profiles" / "sim-glm5-goodput.yaml")
+    base = baseline_params(prof)
+    fast = {**base, "max-running-requests": 1024, "flashinfer-cutlass-autotune": True, "chunked-prefill-size": 16384}
+    model = VirtualEvaluator(prof, 0, noise=0.0)
+    served, crashed = model(0, base, "search", None), model(1, fast, "search", None)
+    assert served.crash is None and crashed.crash is not None
+    assert (crashed.crash.signature, crashed.crash.phase) == ("page_table_1_flattened", "load")
+    done = [trial(0, 8.7, evidence_attrs(served), **base),
+            trial(1, 8.0, {**evidence_attrs(crashed), "crash_class": "load_crash"}, **fast)]
+    seen = Steps(prof, crashes.repairs_for, random.Random(0)).seen(done)
+    rates = [lv.request_rate for lv in crashed.levels]
+    assert seen[1].crash_level == rates[-1] and sorted(seen[1].levels) == sorted(rates[:-1])
+    step = {**fast, "disable-radix-cache": True}               # keeps the crash: fp8 KV, chunked prefix cache on
+    assert predicted_crash(prof.search, step, seen) is seen[1]
+    assert predicted_crash(prof.search, {**step, "disable-chunked-prefix-cache": True}, seen) is None  # a repair
+    need = seen[1].levels[max(seen[1].levels)]
+    strong = Seen({**fast, "max-running-requests": 512}, None, (), {seen[1].crash_level * 1.2: need * 1.1})
+    assert predicted_crash(prof.search, step, [*seen, strong]) is None

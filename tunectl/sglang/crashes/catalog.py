@@ -53,7 +53,7 @@ def _sig(id_: str, pattern: str, cls: str, description: str, hint: str, **kw: ob
 
 CATALOG_VERSION = "0.5.9"
 _LOAD = {"load": "load_crash", "startup": "config_error"}
-_OOM = (r"(?:OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate [\d.]+ [GMK]iB)?"
+OOM_TEXT = (r"(?:OutOfMemoryError: )?CUDA out of memory\.?(?: Tried to allocate [\d.]+ [GMK]iB)?"
         r"|CUBLAS_STATUS_ALLOC_FAILED")   # cuBLAS could not get its workspace: the same OOM (real 0.5.17, mfs 0.999)
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -100,12 +100,12 @@ SIGNATURES: tuple[Signature, ...] = (
          "KV cache allocator could not serve the running batch",
          "lower --max-running-requests or concurrency, or give the KV cache more memory",
          repairs=(("max-running-requests", LOWER), ("mem-fraction-static", RAISE))),
-    _sig("cuda_oom_startup", _OOM, "config_error",
+    _sig("cuda_oom_startup", OOM_TEXT, "config_error",
          "CUDA out of memory before the server was ready",
          "lower --mem-fraction-static (startup OOM: the static pool leaves no room) or --chunked-prefill-size "
          "(prefill activations grow with it)", phases=("startup",),
          generic=True, repairs=(("mem-fraction-static", LOWER), ("chunked-prefill-size", LOWER))),
-    _sig("cuda_oom_runtime", _OOM, "load_crash",
+    _sig("cuda_oom_runtime", OOM_TEXT, "load_crash",
          "CUDA out of memory under load",
          "lower --chunked-prefill-size / --max-running-requests or --mem-fraction-static",
          phases=("load", "teardown"), generic=True,

@@ -32,6 +32,7 @@ from tunectl.sglang.crashes.catalog import (
     BY_ID,
     DEATH_MARKERS,
     LOWER,
+    OOM_TEXT,
     RAISE,
     SHUTDOWN_MARKER,
     SIGNATURES,
@@ -156,11 +157,23 @@ def _pick(lines: list[str], start: int, block: list[str], exc: str, phase: str) 
     return frames or by_exc or _earliest(sigs, lines[max(0, start - 200):])
 
 
+_OOM = re.compile(OOM_TEXT)
+
+
 def repairs_for(signature: str, text: str = "") -> tuple[Repair, ...]:
+    """The catalog's repairs for a signature, in its order; where the exception line is a CUDA out-of-memory
+    error, lowering the static memory fraction comes first (the search sizes it from the log's "Tried to
+    allocate"): the feature that needed the memory (e.g. FlashInfer autotune's tuned kernels) is kept, not
+    switched off; other failures keep the catalog's order (a kernel error in autotune: autotune off first)."""
     if signature in TIMEOUT_REPAIRS:                  # a startup phase past its deadline: no log text to match
         return TIMEOUT_REPAIRS[signature]
     sig = BY_ID.get(signature) or (_match(list(SIGNATURES), text) if text else None)
-    return sig.repairs if sig else ()
+    if sig is None:
+        return ()
+    memory = ("mem-fraction-static", LOWER)
+    if text and memory in sig.repairs and _OOM.search(text):
+        return (memory, *(r for r in sig.repairs if r != memory))
+    return sig.repairs
 
 
 def _unknown_class(phase: str) -> str:
