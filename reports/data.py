@@ -90,6 +90,12 @@ def fmt_cell(v: Any) -> str:
     return fmt_value(v)
 
 
+def fmt_reading(v: float) -> str:
+    """A run's objective value in a table: whole numbers for throughputs (2,483), three digits for small values
+    such as a capacity in req/s (11.2)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def fmt_params(params: dict[str, Any], sep: str = " ") -> str:
     return sep.join(f"{k}={fmt_value(v)}" for k, v in params.items())
 

@@ -15,6 +15,7 @@ from tunectl.reports.data import (
     best_trial,
     fmt_cell,
     fmt_params,
+    fmt_reading,
     headline,
     history,
     pareto,
@@ -68,7 +69,7 @@ def compute(data: StudyData, log_prefix: str = "") -> dict[str, Any]:
                                      ((best_info(data).get("race") or {}).get("noise"))),
             "crash_map": crash_map(data.trials), "pareto": pareto(data.trials),
             "pareto_per_token": pareto_per_token(data.trials),
-            "finalists": finalists(data.trials, picks),
+            "finalists": finalists(data.trials, picks, study_profile(data)),
             "flag_diff": flag_diff(data), "trials": trial_rows(data, log_prefix)}
 
 
@@ -154,11 +155,12 @@ def _figures(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
 
 def _tables_html(r: dict[str, Any]) -> str:
     crashes = r["crash_map"]["crashes"]
-    fin = [{**g, "runs": " / ".join(f"#{x['trial']} {x['output_throughput']:,.0f}" for x in g["runs"]),
-            "95% interval": f"{g['ci95'][0]:,.0f}-{g['ci95'][1]:,.0f}" if g.get("ci95") else "-",
+    fin = [{**g, "runs": " / ".join(f"#{x['trial']} {fmt_reading(x['output_throughput'])}" for x in g["runs"]),
+            "95% interval": f"{fmt_reading(g['ci95'][0])}-{fmt_reading(g['ci95'][1])}" if g.get("ci95") else "-",
             "spread": f"{g['launch_spread']:.1%}" if g.get("launch_spread") is not None else "-",
-            "pooled estimate": f"{g['estimate']:,.0f}" if "estimate" in g else "-"}
+            "pooled estimate": fmt_reading(g["estimate"]) if "estimate" in g else "-"}
            for g in r["finalists"]]
+    what = ((r["summary"].get("best") or {}).get("confirmed") or {}).get("unit") or "output tok/s"
     labels = workload_columns(r["trials"])
     mach = ["machine"] if several_machines(r["trials"]) else []
     rows = [{**t, "log": f'<a class="log" href="{html.escape(t["log"])}">server.log</a>',
@@ -176,6 +178,7 @@ def _tables_html(r: dict[str, Any]) -> str:
         + (_table(crashes, ["trial", "class", "signature", "phase", "level", "exception_line", "params"])
            if crashes else "<p>No crashes.</p>")
         + "</section><section id='finalists'><h2>Finalists and reruns</h2>"
+        + (f"<p>each run's value, mean and interval: {_e(what)} (the study's objective)</p>" if fin else "")
         + (_table(fin, ["params", "search_trial", "runs", "ok_runs", "mean_output_throughput", "95% interval",
                         *(["pooled estimate"] if any("estimate" in g for g in r["finalists"]) else []),
                         "spread", "min_output_throughput", "max_output_throughput"])

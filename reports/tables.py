@@ -11,12 +11,14 @@ from tunectl.reports.data import (
     capacity_text,
     fmt_params,
     launch_interval,
+    objective,
     peak_level,
     winner_number,
 )
 
 from tunectl.energy import level_energy
 from tunectl.models import TrialResult
+from tunectl.profile import Profile
 from tunectl.stats import machine_short, pooled, spread
 
 
@@ -50,18 +52,25 @@ def _pkey(params: dict[str, Any]) -> str:
     return repr(sorted(params.items()))
 
 
-def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Finalist configs with their runs (the search run, then the reruns): per config the throughput of each run,
-    their mean, range, 95% interval over the launches (`tunectl.stats.pooled`) and spread. `picks` is
+def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = None,
+              prof: Profile | None = None) -> list[dict[str, Any]]:
+    """Finalist configs with their runs (the search run, then the reruns): per config each run's value, their
+    mean, range, 95% interval over the launches (`tunectl.stats.pooled`) and spread. The value is the study's
+    objective (`objective`: a capacity, an SLO-bound level, a weighted sum; the peak throughput without a
+    profile), the number the race ranked by, so a run, the mean and the spread read in one unit. `picks` is
     best.json's "finalists" (trial + params of each pick); without it the pick is the first other trial
-    (baseline or search) with the same params."""
+    (baseline or search) with the same params. The keys keep their `output_throughput` names."""
     groups: dict[str, dict[str, Any]] = {}
+
+    def run(t: TrialResult) -> dict[str, Any]:
+        return {"trial": t.trial, "attempt": t.attempt, "status": t.status,
+                "output_throughput": objective(t, prof).value if t.status == "ok" else t.best_output_throughput,
+                "max_stable_concurrency": t.max_stable_concurrency}
+
     for t in sorted(trials, key=lambda t: t.trial):
         if t.role == "finalist":
             g = groups.setdefault(_pkey(t.params), {"params": dict(t.params), "runs": []})
-            g["runs"].append({"trial": t.trial, "attempt": t.attempt, "status": t.status,
-                              "output_throughput": t.best_output_throughput,
-                              "max_stable_concurrency": t.max_stable_concurrency})
+            g["runs"].append(run(t))
     origin = {_pkey(p.get("params") or {}): p.get("trial") for p in picks or [] if isinstance(p, dict)}
     raced = {p.get("trial"): p for p in picks or [] if isinstance(p, dict)}
     for t in sorted(trials, key=lambda t: t.trial):
@@ -72,12 +81,10 @@ def finalists(trials: list[TrialResult], picks: list[dict[str, Any]] | None = No
     for key, g in groups.items():
         first = by_num.get(origin.get(key))      # the search run counts too: the mean is winner_number()'s
         if first is not None:
-            g["runs"].insert(0, {"trial": first.trial, "attempt": first.attempt, "status": first.status,
-                                 "output_throughput": first.best_output_throughput,
-                                 "max_stable_concurrency": first.max_stable_concurrency})
+            g["runs"].insert(0, run(first))
         tps = [r["output_throughput"] for r in g["runs"] if r["status"] == "ok"]
         ok = [by_num[r["trial"]] for r in g["runs"] if r["status"] == "ok" and r["trial"] in by_num]
-        both = pooled([launch_interval(t) for t in ok]) if ok else None
+        both = pooled([launch_interval(t, prof) for t in ok]) if ok else None
         out.append({**g, "search_trial": origin.get(key), "ok_runs": len(tps),
                     "ci95": [both.low, both.high] if both else None,
                     "launch_spread": spread(tps) if len(tps) > 1 else None,

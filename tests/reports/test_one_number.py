@@ -73,3 +73,23 @@ def test_the_baseline_has_one_number_too(searched: tuple[Path, str]) -> None:
     assert f"the baseline ({mean})" in closing
     assert f"{mean} output tok/s (mean of {base['launches']} launches)" in tunectl(root, "diff", "sim-glm5",
                                                                                    "sim-glm5:0")
+
+
+def test_a_capacity_studys_finalists_read_in_its_objective(tmp_path: Path) -> None:
+    """A goodput study: every finalist run, its mean and its range are capacities in req/s, as the headline says
+    (they were each run's peak tok/s beside a mean in req/s), and the winner's probes are listed by request rate
+    (they all read "concurrency 0")."""
+    prof = str(REPO / "profiles" / "sim-glm5-goodput.yaml")
+    closing = tunectl(tmp_path, "search", "--virtual", "--trials", "6", "-p", prof)
+    data = load_study(StudyStore("sim-glm5-goodput", tmp_path))
+    number = winner_number(data)
+    assert number is not None and number["unit"] == "req/s capacity"
+    group = next(g for g in compute(data)["finalists"] if g["search_trial"] == number["trial"])
+    runs = [r["output_throughput"] for r in group["runs"] if r["status"] == "ok"]
+    assert len(runs) == number["n"] and abs(sum(runs) / len(runs) - number["value"]) < 1e-6
+    assert (min(runs), max(runs)) == (number["min"], number["max"]) and max(runs) < 100     # req/s, not tok/s
+    assert "reruns on fresh launches (req/s capacity)" in closing
+    assert f"{number['min']:.3g}-{number['max']:.3g}" in closing
+    assert "the request rates probed" in closing and "┃ req/s ┃" in closing
+    done = [ln for ln in closing.splitlines() if ln.startswith("  trial ") and ": ok, " in ln]
+    assert done and all(ln.endswith(" req/s capacity") for ln in done)       # each trial's value as it ended

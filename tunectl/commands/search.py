@@ -20,6 +20,7 @@ from tunectl.commands._levels import progress_text
 from tunectl.errors import UsageError
 from tunectl.models import ladder_steps
 from tunectl.profile import Profile
+from tunectl.reports.data import fmt_reading, unit
 from tunectl.store import DEFAULT_ROOT
 
 
@@ -27,8 +28,9 @@ class Progress:
     """The live view: every trial in flight (its slot, config and level), trials done of N, best so far, ETA.
     Fed by run_search's events, from the coordinator's thread and from each slot's thread (hence the lock)."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, what: str = "output tok/s"):
         self.total, self.started = total, time.monotonic()
+        self.what = what                        # the objective's unit: each trial's value and the best read in it
         self.done = 0
         self.running: dict[Any, dict[str, Any]] = {}     # trial -> role, slot, params, level
         self.best: float | None = None
@@ -51,7 +53,7 @@ class Progress:
             self.best = data.get("best")
             self.done += data["role"] in ("search", "baseline")
             last = f"trial {data['n']}: {data['reason']}" + (
-                f", {data['values'][0]:,.0f} tok/s" if data.get("values") else "")
+                f", {fmt_reading(data['values'][0])} {self.what}" if data.get("values") else "")
             console.print(Text(f"  {last}", style="red" if not data.get("feasible") else ""))
         elif kind == "machine_changed":
             before = "; ".join(f"{m}: {_trial_span(ns)}" for m, ns in data["before"].items())
@@ -89,7 +91,7 @@ class Progress:
             where = f" on {r['slot']}" if r["slot"] else ""
             t.add_row(f"trial {n}", f"({r['role']}){where}  {r['level']}")
             t.add_row("", " ".join(f"{k}={v}" for k, v in r["params"].items()) or "-")
-        t.add_row("best", f"{self.best:,.0f} tok/s" if self.best else "-")
+        t.add_row("best", f"{fmt_reading(self.best)} {self.what}" if self.best else "-")
         t.add_row("time", f"{elapsed:.0f}s elapsed" + (f", ETA {eta:.0f}s" if eta is not None else ""))
         return t
 
@@ -117,7 +119,8 @@ def _level_text(data: dict[str, Any]) -> str:
     if isinstance(data.get("level"), dict):
         lv = data["level"]
         thr = lv.get("metrics", {}).get("output_throughput", 0.0)
-        return f"c={lv['concurrency']} {lv['status']} {thr:,.0f} tok/s"
+        load = f"{lv['request_rate']:.3g} req/s" if lv.get("request_rate") is not None else f"c={lv['concurrency']}"
+        return f"{load} {lv['status']} {thr:,.0f} tok/s"
     if "concurrency" in data:
         return f"c={data['concurrency']} running"
     if "compilers" in data:
@@ -171,23 +174,29 @@ def resume_line(d: dict[str, Any]) -> str:
 
 
 def _ladder_table(ladder: list[Any]) -> Table:
-    t = Table(title="the winner's ladder (its search run)", show_lines=False)
-    for col in ("workload", "concurrency", "status", "output tok/s"):
+    """The winner's levels; a capacity search's open-loop probes by their request rate, in the order run."""
+    steps = ladder_steps(ladder)
+    rate = any(s.request_rate is not None for s in steps)
+    t = Table(title="the winner's ladder (its search run)" if not rate else
+              "the winner's capacity search (its search run: the request rates probed, in order)", show_lines=False)
+    for col in ("workload", "req/s" if rate else "concurrency", "status", "output tok/s"):
         t.add_column(col, justify="right" if col != "workload" else "left")
-    for s in ladder_steps(ladder):
-        t.add_row(s.workload, str(s.concurrency), s.status, f"{s.output_throughput:,.0f}")
+    for s in steps:
+        load = f"{s.request_rate:.3g}" if rate and s.request_rate is not None else str(s.concurrency)
+        t.add_row(s.workload, load, s.status, f"{s.output_throughput:,.0f}")
     return t
 
 
-def _finalists_table(groups: list[dict[str, Any]]) -> Table:
-    t = Table(title="finalists: the search run, then reruns on fresh launches (output tok/s)")
+def _finalists_table(groups: list[dict[str, Any]], what: str = "output tok/s") -> Table:
+    t = Table(title=f"finalists: the search run, then reruns on fresh launches ({what})")
     pooled = any("estimate" in g for g in groups)      # ranked by the pooled estimate (search.pool)
     for col in ("trial", "runs", "mean", *(["pooled"] if pooled else []), "spread"):
         t.add_column(col, justify="left" if col == "runs" else "right", overflow="fold")
     for g in groups:
-        runs = ", ".join(f"#{r['trial']} {r['output_throughput']:,.0f}" if r["status"] == "ok"
+        runs = ", ".join(f"#{r['trial']} {fmt_reading(r['output_throughput'])}" if r["status"] == "ok"
                          else f"#{r['trial']} {r['status']}" for r in g["runs"])
-        spread = f"{g['min_output_throughput']:,.0f}-{g['max_output_throughput']:,.0f}" if g["ok_runs"] else "-"
+        spread = (f"{fmt_reading(g['min_output_throughput'])}-{fmt_reading(g['max_output_throughput'])}"
+                  if g["ok_runs"] else "-")
         est = [f"{g['estimate']:,.1f}" if "estimate" in g else "-"] if pooled else []
         t.add_row(str(g["search_trial"]), runs, f"{g['mean_output_throughput']:,.1f}", *est, spread)
     return t
@@ -196,7 +205,7 @@ def _finalists_table(groups: list[dict[str, Any]]) -> Table:
 def show(out: dict[str, Any], root: Path) -> None:
     """The closing lines: the numbers come from the results on disk through the functions the report and
     `tunectl best` use, so the three agree."""
-    from tunectl.reports.data import headline, load_study, summary, winner_number
+    from tunectl.reports.data import headline, load_study, study_profile, summary, winner_number
     from tunectl.reports.tables import finalists
     from tunectl.store import StudyStore
 
@@ -210,9 +219,9 @@ def show(out: dict[str, Any], root: Path) -> None:
     gap = numbers_line(data.trials)
     if gap:
         console.print(gap, highlight=False, markup=False)
-    groups = finalists(data.trials, (data.best or {}).get("finalists"))
+    groups = finalists(data.trials, (data.best or {}).get("finalists"), study_profile(data))
     if groups:
-        show_table(_finalists_table(groups), keep=("trial",))
+        show_table(_finalists_table(groups, unit(study_profile(data))), keep=("trial",))
     pol = out.get("policy") or {}
     if pol.get("off"):                      # a policy the profile changed: say which rules did not run
         console.print(f"[bold]policy[/bold]: proposers {' > '.join(pol['proposers']) or 'none'}, vetoes "
@@ -362,7 +371,7 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
             raise typer.Exit(1)
         return
     _note_unset_baseline(prof)
-    view = Progress(trials or prof.search.trials)
+    view = Progress(trials or prof.search.trials, unit(prof))
     with view.live:
         out = run_search(prof, trials, study, storage, seed, view.on_event, root=root, evaluate=evaluate,
                          warm_start=warm_start, in_memory=virtual, parallel=parallel).to_dict()
