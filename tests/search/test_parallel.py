@@ -306,4 +306,4 @@ def test_the_live_view_lists_every_trial_in_flight() -> None:
     view.on_event("trial_end", {"n": 3, "role": "search", "reason": "ok", "values": [700.0], "feasible": True,
                                 "best": 700.0})
     text = shown()
-    assert "2/10 done, 1 running" in text and "trial 3" not in text and "700 tok/s" in text
+    assert "2/10 done, 1 running" in text and "trial 3" not in text and "best     700 output tok/s" in text
