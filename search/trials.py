@@ -49,15 +49,12 @@ def facts(t: FrozenTrial) -> dict[str, float]:
 
 def load_levels(t: FrozenTrial) -> tuple[dict[float, float], float | None]:
     """The load each served level offered -> its throughput, and the load it crashed at (None: no load crash).
-    The load is the concurrency, or for a capacity search's open-loop probes the request rate: those levels all
-    run at concurrency 0, so keyed by it they would read as one level, crashed at 0."""
+    The load is the concurrency, or for a capacity search's open-loop probes the request rate (`LadderStep.load`):
+    those levels all run at concurrency 0, so keyed by it they would read as one level, crashed at 0."""
     steps = ladder_steps(t.user_attrs.get("ladder"))
-    if not any(s.request_rate is not None for s in steps):
-        return ({c: v for (_, c), v in level_values(t).items()},
-                t.user_attrs.get("crash_level") if t.user_attrs.get("crash_phase") == "load" else None)
-    levels = {s.load: s.output_throughput for s in steps if s.status == "ok"}
-    crashed = [s.load for s in steps if s.status == "crashed"]
-    return levels, (crashed[0] if crashed and t.user_attrs.get("crash_phase") == "load" else None)
+    crashed = next((s.load for s in steps if s.status == "crashed"), t.user_attrs.get("crash_level"))
+    return ({s.load: s.output_throughput for s in steps if s.status == "ok"},
+            crashed if t.user_attrs.get("crash_phase") == "load" else None)
 
 
 def level_values(t: FrozenTrial) -> dict[tuple[str, int], float]:
