@@ -38,8 +38,12 @@ stage() {
   mkdir -p "$b"; cp "$part"/bundle.part* "$b/"
   [ "$(ls "$b"/bundle.part* | wc -l)" -ge "$n" ] || { echo "staged $(ls "$b"/bundle.part* | wc -l) of $n"; return 0; }
   cat "$b"/bundle.part* | tar x -C "$b"
-  mkdir -p /tmp/sgl-overlay
-  [ -d /tmp/sgl-overlay/site/sglang ] || tar xzf "$b/site.tgz" -C /tmp/sgl-overlay
+  # unpacked aside and moved in whole: a stage killed mid-unpack (its call ended) leaves no half overlay that the
+  # next stage would take for a whole one
+  if [ ! -d /tmp/sgl-overlay/site/sglang ]; then
+    rm -rf /tmp/sgl-overlay /tmp/sgl-overlay.part; mkdir -p /tmp/sgl-overlay.part
+    tar xzf "$b/site.tgz" -C /tmp/sgl-overlay.part && mv /tmp/sgl-overlay.part /tmp/sgl-overlay
+  fi
   local m
   for m in llama8b qwen3moe30b; do        # the landscapes' models: a config.json each, the small tokenizer
     mkdir -p /tmp/sgl-stage/$m; cp "$here"/bench/gpu/$m/config.json "$b"/tiny-llama/tokenizer*.json /tmp/sgl-stage/$m/

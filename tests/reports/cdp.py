@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,10 @@ class Session:
         return res["result"].get("value")
 
 
-def start(profile_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start(profile_dir: Path, tmp: str) -> tuple[subprocess.Popen[bytes], int]:
     proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "TMPDIR": tmp})
     port_file = profile_dir / "DevToolsActivePort"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -140,8 +142,11 @@ def _problems(events: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def inspect_page(html_file: Path, profile_dir: Path, shot: Path, wait_s: float = 30) -> dict[str, Any]:
-    proc, port = start(profile_dir)
-    try:
-        return asyncio.run(_inspect(port, html_file.resolve().as_uri(), shot, wait_s))
-    finally:
-        stop(proc)
+    # Chromium leaves its singleton-socket folder in TMPDIR; a short one of our own (a socket path is at most 107
+    # bytes, too few for pytest's tmp_path) that goes with the browser.
+    with tempfile.TemporaryDirectory(prefix="tc-cdp-") as tmp:
+        proc, port = start(profile_dir, tmp)
+        try:
+            return asyncio.run(_inspect(port, html_file.resolve().as_uri(), shot, wait_s))
+        finally:
+            stop(proc)

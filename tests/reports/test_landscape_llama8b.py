@@ -91,10 +91,10 @@ def test_what_the_leases_measured_so_far():
     # lease 1 (2026-12-06, H100 80GB HBM3): c00 (the machine came with 9 minutes of the session's device time
     # left); lease 2 (same day): c01-c04 after the speculative sweeps; lease 3 (same day): c05, c06 after the MoE
     # landscape's first config, then c02's first relaunch; lease 4 (same day): c07-c11, the design's balanced
-    # first half complete; lease 5 (2026-12-07, a third H100, after `tunectl confirm`): c12.
-    # docs/real-gpu/landscapes/llama8b-h100/leases.md. Extend this set as leases add configs.
+    # first half complete; lease 5 (2026-12-07, a third H100, after `tunectl confirm`): c12; lease 6 (same day, a
+    # fourth H100): c13-c16. docs/real-gpu/landscapes/llama8b-h100/leases.md. Extend this set as leases add configs.
     runs = measured()
-    assert set(runs) == {f"llama8b-h100-c{i:02d}" for i in range(13)} | {"llama8b-h100-c02-r2"}
+    assert set(runs) == {f"llama8b-h100-c{i:02d}" for i in range(17)} | {"llama8b-h100-c02-r2"}
     assert all(r.status == "ok" and r.teardown["verdict"] == "clean" for r in runs.values())
     c00 = runs["llama8b-h100-c00"]
     lv = {(x.workload, x.concurrency): x.metrics["output_throughput"] for x in c00.levels}   # whole runs
@@ -161,3 +161,32 @@ def test_decode_graphs_pay_up_to_their_max_batch_size_and_the_cap_decides_the_hi
     # in a graph under the second, 2.2-2.3x at 64 streams measured
     eager64 = max(_bench(runs[f"llama8b-h100-{c}"])[64] for c in ("c01", "c10"))
     assert min(_bench(runs[f"llama8b-h100-{c}"])[64] for c in ("c08", "c11")) > 1.8 * eager64
+
+
+def _tpot(run: TrialResult, c: int) -> float:
+    [x] = [x for x in run.levels if x.workload == "random@bench_serving" and x.concurrency == c]
+    return x.metrics["median_tpot_ms"]
+
+
+def test_a_second_machine_reads_its_twins_lower_and_its_eager_steps_far_slower():
+    runs = measured()
+    # lease 6's configs ran on another H100 than the first half; each has a first-half twin that differs only in
+    # the chunk size, which the half showed to change nothing (the test above): what the twins differ by is the
+    # machine. Each launch records its machine, and these two differ.
+    twins = (("c14", "c05"), ("c16", "c07"), ("c13", "c10"), ("c15", "c00"))
+    for new, old in twins:
+        n, o = runs[f"llama8b-h100-{new}"], runs[f"llama8b-h100-{old}"]
+        assert n.params["chunked-prefill-size"] != o.params["chunked-prefill-size"]
+        assert {k: v for k, v in n.params.items() if k != "chunked-prefill-size"} == \
+            {k: v for k, v in o.params.items() if k != "chunked-prefill-size"}
+        assert n.machine and n.machine != runs["llama8b-h100-c12"].machine
+    # where the batch runs in a captured graph (c14/c05 at every level): a few percent lower (measured -5% to -8%)
+    x, y = _bench(runs["llama8b-h100-c14"]), _bench(runs["llama8b-h100-c05"])
+    for c in DESIGN["levels"]:
+        assert 0.85 < x[c] / y[c] < 1.02, c
+    # where it runs eager (64 streams over graphs to 32; graphs off): far lower (measured -14% to -44%), each
+    # eager decode step slower by more than the graphed gap (28-30 ms against 18-20: CPU-bound kernel launches)
+    for new, old, c in (("c16", "c07", 64), ("c13", "c10", 64), ("c15", "c00", 16)):
+        n, o = runs[f"llama8b-h100-{new}"], runs[f"llama8b-h100-{old}"]
+        assert _bench(n)[c] < 0.9 * _bench(o)[c], (new, c)
+        assert _tpot(n, c) > 1.25 * _tpot(o, c), (new, c)
