@@ -138,6 +138,11 @@ class Noise(Strict):
     machine_launches: float = Field(
         10.0, ge=1, description="launches a machine state lasts on average (a new one is drawn before a launch with "
         "probability 1 / this)")
+    machine_eager: float | None = Field(
+        None, ge=0, description="log-normal sd of the machine's state on eager decode steps, drawn with the same sign "
+        "as `machine`: another machine's host launches kernels at its own speed, so its state moves eager steps more "
+        "than graphed ones (a fourth H100 read graphed twins 5-8% and eager ones 14-44% below the first: "
+        "docs/real-gpu.md, 'What lease 6 measured'); none: `machine`")
 
 
 class BestStable(Strict):

@@ -12,7 +12,9 @@ virtual clock play the same noise for the same seed. `scale` multiplies all of t
 A third factor belongs to the machine, not the launch (`noise.machine`, off unless the card sets it): the
 machine's state at the launch's place in the campaign, `machine=(key, index)` (the seed, and the launch's index:
 tunectl's trial number). A state lasts `noise.machine_launches` launches on average, so launches run next to each
-other read it alike (a comparison in pairs cancels it) and launches far apart do not.
+other read it alike (a comparison in pairs cancels it) and launches far apart do not. Eager decode steps take the
+state's draw at `noise.machine_eager` where the card sets it (another machine's host launches kernels at its own
+speed: a config x machine interaction, eager configs moving most).
 """
 from __future__ import annotations
 
@@ -50,6 +52,16 @@ def machine_state(key: int | str, index: int, sd: float, launches: float) -> flo
     return _draw(f"machine:{key}:{machine_start(key, index, launches)}", sd)
 
 
+def machine_states(key: int | str, index: int, sd: float, sd_eager: float,
+                   launches: float) -> tuple[float, float]:
+    """`machine_state` for graphed and for eager steps: one draw of the state, at each sd (the first equals
+    `machine_state(key, index, sd, launches)`)."""
+    if sd <= 0 and sd_eager <= 0:
+        return 1.0, 1.0
+    graphed, eager = _draws(f"machine:{key}:{machine_start(key, index, launches)}", sd, sd_eager)
+    return graphed, eager
+
+
 class Speed:
     def __init__(self, noise: Noise, seed: int | str, scale: float = 1.0,
                  machine: tuple[int | str, int] | None = None):
@@ -60,8 +72,10 @@ class Speed:
         eager = noise.launch if noise.launch_eager is None else noise.launch_eager
         self.launch, self.launch_eager = _draws(f"launch:{seed}", noise.launch * scale, eager * scale)
         key, index = machine if machine is not None else (seed, 0)
-        state = machine_state(key, index, noise.machine * scale, noise.machine_launches)
-        self.launch, self.launch_eager = self.launch * state, self.launch_eager * state
+        on_eager = noise.machine if noise.machine_eager is None else noise.machine_eager
+        state, state_eager = machine_states(key, index, noise.machine * scale, on_eager * scale,
+                                            noise.machine_launches)
+        self.launch, self.launch_eager = self.launch * state, self.launch_eager * state_eager
         self.busy_ms = 0.0                # modeled work done so far (noise-free step times)
         self._segment, self._level = -1, 1.0
 
