@@ -24,6 +24,8 @@ pooled over the configs as standard deviations, for all configs and apart for th
 into the fitted card (`noise.launch` and `noise.level` from the graphed configs, `noise.launch_eager` from the eager
 ones where both were relaunched; the eager configs' larger drift within a launch is not played). `--passengers`:
 knobs the table shows act on nothing; configs that differ only in them are twins, read as launches of one config.
+A config (or twins) read on two machines gives the machine's sd, on graphed and on eager levels apart (`noise.machine`,
+`noise.machine_eager`: `machine_noise`); printed always, written by `--noise`.
 """
 from __future__ import annotations
 
@@ -214,6 +216,59 @@ def noise(land: dict[str, Any], client: str, passengers: tuple[str, ...] = (),
     return {"launch": launch, "level": level, "configs": configs, "launches": launches}
 
 
+def eager_at(flags: dict[str, Any], streams: int) -> bool:
+    """Whether a level of `streams` decodes eager on this config: graphs off, or its batch (the streams, at most
+    max-running) above the graphs' max bs."""
+    f = normalize(flags)
+    return bool(f["disable_cuda_graph"]) or min(streams, int(f["max_running_requests"])) > int(f["cuda_graph_max_bs"])
+
+
+def machine_noise(land: dict[str, Any], client: str, passengers: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The machine's sd on graphed and on eager decode steps (the card's `noise.machine`, `noise.machine_eager`),
+    from one config (or twins differing only in `passengers`) read on two machines (`launches[].machine`; a table
+    that did not record it counts as one machine, ""): per such pair of machines and level, d = the difference of
+    the two machines' mean log readings, sorted by whether the level decodes eager (`eager_at`); each sd is
+    sqrt(mean d^2 / 2). None where no config was read on two machines. The levels of one pair share its machines,
+    so they are not independent draws: a rough estimate, as the pairs say."""
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    flags: dict[str, dict[str, Any]] = {}
+    for cfg in land["configs"]:
+        if "set" not in cfg:
+            continue
+        key = repr(sorted((k, str(v)) for k, v in cfg["set"].items() if k not in passengers))
+        for ln in cfg["launches"]:
+            if ln["outcome"] == "ok":
+                groups.setdefault(key, {}).setdefault(ln.get("machine") or "", []).append(
+                    (cfg["set"], ln["levels"].get(client, {})))
+                flags.setdefault(key, cfg["set"])
+    diffs: dict[bool, list[float]] = {False: [], True: []}
+    pairs, machines = 0, set()
+    for key, by_machine in groups.items():
+        names = sorted(by_machine)
+        for i, m1 in enumerate(names):
+            for m2 in names[i + 1:]:
+                pairs += 1
+                machines |= {m1, m2}
+                for lv in sorted({lv for _, r in by_machine[m1] + by_machine[m2] for lv in r}, key=int):
+                    sides = []
+                    for m in (m1, m2):
+                        logs = [math.log(r[lv]["value"]) for _, r in by_machine[m]
+                                if r.get(lv, {}).get("status") == "ok" and (r[lv].get("value") or 0) > 0]
+                        sides.append(statistics.fmean(logs) if logs else None)
+                    eager_lv = all(eager_at(f, int(lv)) for f, _ in by_machine[m1] + by_machine[m2])
+                    graphed_lv = not any(eager_at(f, int(lv)) for f, _ in by_machine[m1] + by_machine[m2])
+                    if None not in sides and (eager_lv or graphed_lv):
+                        diffs[eager_lv].append(sides[0] - sides[1])
+    if not pairs:
+        return None
+
+    def sd(ds: list[float]) -> float | None:
+        return math.sqrt(statistics.fmean(d * d for d in ds) / 2) if ds else None
+
+    return {"machine": sd(diffs[False]), "machine_eager": sd(diffs[True]), "pairs": pairs,
+            "machines": len(machines), "levels": {"graphed": len(diffs[False]), "eager": len(diffs[True])}}
+
+
 def _twin(a: dict[str, Any], b: dict[str, Any], knob: str, value: Any) -> bool:
     """b is a with `knob` at `value` (knobs only one of them has, inactive in the other, are not compared)."""
     return b.get(knob) == value and all(a[k] == b[k] for k in set(a) & set(b) if k != knob)
@@ -294,6 +349,18 @@ def main() -> int:
             if graphed is not None and eagerly is not None:
                 values["noise.launch_eager"] = eagerly["launch"]
             fitted = scaled(fitted, {}, values)
+    across = machine_noise(land, fit.client, passengers)
+    if across is None:
+        print("  machines: no config read on two machines (the card's machine noise is kept)")
+    else:
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"      # noqa: E731
+        print(f"  machines ({fit.client}, {across['pairs']} configs on two of {across['machines']} machines): "
+              f"machine {fmt(across['machine'])} on {across['levels']['graphed']} graphed levels, machine_eager "
+              f"{fmt(across['machine_eager'])} on {across['levels']['eager']} eager ones (log-normal sds; the card's: "
+              f"{card.noise.machine:.3f}, {fmt(card.noise.machine_eager)})")
+        if args.noise:
+            fitted = scaled(fitted, {}, {f"noise.{k}": across[k] for k in ("machine", "machine_eager")
+                                         if across[k] is not None})
     if args.name:
         fitted = fitted.model_copy(update={"name": args.name})
     if args.out:
