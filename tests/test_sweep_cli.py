@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import json
 import re
@@ -255,6 +256,36 @@ def test_ctrl_c_during_a_high_level_is_one_line_and_leaves_nothing(env):
     assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down
 
 
+def test_ctrl_c_pressed_again_and_again_still_tears_the_server_down(env):
+    """An impatient user presses Ctrl-C over and over (or `timeout -s INT`, which signals tunectl and then its
+    process group: two SIGINTs): the ones that land while the server is being torn down wait until it is down,
+    and the last line is still one line (seen: a second SIGINT broke the teardown off and left the stand-in
+    serving, its port held for the next search)."""
+    import os
+    import signal
+    import time
+
+    from tunectl.runners.hosts.local import LocalRunner
+
+    data = yaml.safe_load(env["profile"].read_text())
+    data["bench"].update(min_level_s=100, max_level_s=600)
+    prof = env["profile"].with_name("long-levels.yaml")
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {**env, "profile": prof}
+    proc, launch, handle = _sweep_until(env, "mash", "64,256", lambda log: _in_flight(log) > 0,
+                                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    end = time.monotonic() + 3
+    while proc.poll() is None and time.monotonic() < end:   # every 5 ms: some land inside the teardown
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.005)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err, err
+    assert LocalRunner().group_processes(handle) == []      # the stand-in was torn down
+    record = json.loads((env["results"] / "mash" / "trials" / "0" / "trial.json").read_text())
+    assert record["status"] == "interrupted" and record["teardown"]["verdict"] == "clean"
+
+
 def test_the_hosts_trial_directory_is_removed_after_a_clean_teardown(env):
     res = sweep(env, "-c", "1", "--study", "clean", "--json")
     assert res.returncode == 0, res.stderr
@@ -264,7 +295,7 @@ def test_the_hosts_trial_directory_is_removed_after_a_clean_teardown(env):
     assert "ready to roll" in (Path(doc["results_dir"]) / "server.log").read_text()   # the log was kept
 
 
-def _sweep_until(env, study: str, levels: str, ready: Callable[[str], bool]):
+def _sweep_until(env, study: str, levels: str, ready: Callable[[str], bool], preexec_fn: Any = None):
     """Start `tunectl sweep` in its own session; return it once the server's log satisfies `ready`, with the
     launch record and the server's handle."""
     import time
@@ -273,7 +304,8 @@ def _sweep_until(env, study: str, levels: str, ready: Callable[[str], bool]):
 
     cmd = [sys.executable, "-m", "tunectl", "sweep", "--profile", str(env["profile"]), "--results", str(env["results"]),
            "-c", levels, "--study", study]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=preexec_fn)
     trial = env["results"] / study / "trials" / "0"
     deadline = time.monotonic() + 180
     while not (trial / "launch.json").is_file():

@@ -15,10 +15,14 @@
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,6 +286,37 @@ def _wait(pred: Callable[[], bool], limit: float, step: float = 0.1) -> bool:
             return False
         time.sleep(step)
     return True
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP that arrive inside the block wait until it ends, then act as they would have
+    (the first one: Ctrl-C's KeyboardInterrupt, the CLI's `Terminated`). For a teardown: a second Ctrl-C, or
+    `timeout`'s signal sent to tunectl and then again to its process group, would otherwise break the teardown off
+    and leave the server running on the GPUs. Main thread only (where Python handles signals); a signal ignored
+    stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    before: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        if handler is signal.SIG_IGN or handler is None:
+            continue
+        before[sig] = handler
+        signal.signal(sig, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if held:
+            handler = before[held[0]]
+            if callable(handler):
+                handler(held[0], None)          # raises here, as the signal would have inside the block
+            else:                               # SIG_DFL: the default action
+                os.kill(os.getpid(), held[0])
 
 
 def teardown(server: Server) -> dict[str, Any]:

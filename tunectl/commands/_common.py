@@ -7,7 +7,9 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Annotated, Any, Callable, TypeVar
+
+import typer
 
 from rich.console import Console
 from rich.markup import escape
@@ -35,10 +37,12 @@ def one_line_errors(fn: F) -> F:
             err_console.print(f"[red]error:[/red] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True)
             sys.exit(e.exit_code)
         except Terminated as e:
+            _stop_listening()
             name = signal.Signals(e.signum).name
             err_console.print(f"[yellow]terminated[/yellow] ({name}): results written so far are kept")
             sys.exit(128 + e.signum)
         except KeyboardInterrupt:
+            _stop_listening()
             err_console.print("[yellow]interrupted[/yellow]: results written so far are kept")
             sys.exit(130)
         except Exception as e:        # the file system's and storage's refusals: one line, never a traceback
@@ -55,6 +59,14 @@ def one_line_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _stop_listening() -> None:
+    """Stopping already (servers down, results kept): a further Ctrl-C or SIGTERM while the last line prints would
+    end in a traceback instead of it."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def _ssh_notes() -> None:
     """What the SSH library reported (refused forward channels of a crashed server), in one line on stderr."""
     mod = sys.modules.get("tunectl.runners.hosts._ssh_log")
@@ -66,21 +78,30 @@ def _ssh_notes() -> None:
 
 def stop_on_terminate() -> None:
     """SIGTERM and SIGHUP stop tunectl as Ctrl-C does (servers torn down, results kept), not mid-trial with a
-    server left running on the host. A signal already ignored (nohup) stays ignored; a process forked from this
+    server left running on the host. The first of these signals (Ctrl-C included) starts the stop; the ones after
+    it are ignored until tunectl has exited, so pressing Ctrl-C again (or `timeout -s INT`, which signals tunectl
+    and then its whole process group) cannot break a teardown off and leave a server on the GPUs (SIGQUIT,
+    Ctrl-\\, still ends tunectl at once). A signal already ignored (nohup) stays ignored; a process forked from this
     one (the client's workers) dies of the signal as it would by default."""
     if threading.current_thread() is not threading.main_thread():    # called in-process by a host program
         return
     main = os.getpid()
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def on_signal(signum: int, _frame: object) -> None:
         if os.getpid() != main:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        for sig in stops:                   # stopping now: the next ones wait for nothing
+            if signal.getsignal(sig) is on_signal:
+                signal.signal(sig, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Terminated(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is signal.SIG_DFL:
+    for sig in stops:
+        if signal.getsignal(sig) is (signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL):
             signal.signal(sig, on_signal)
 
 
@@ -105,3 +126,10 @@ def show_table(tab: Table, keep: tuple[str, ...] = (), out: Console | None = Non
 
 def get_profile(path: Path | None) -> Profile:
     return load_profile(path or default_profile_path())
+
+
+# the options every results command takes (here, not in results.py: a command module imported first registers the
+# others through tunectl.cli, before its own names exist)
+StudyOpt = Annotated[str | None, typer.Option(
+    "--study", "-s", help="study name under results/ (default: the most recent)")]
+RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]

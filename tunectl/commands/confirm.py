@@ -20,9 +20,9 @@ from rich.table import Table
 from tunectl import confirm as cf
 from tunectl import redact
 from tunectl.cli import app
-from tunectl.commands._common import console, err_console, get_profile, one_line_errors, show_table
-from tunectl.commands.results import RootOpt, StudyOpt, _store
-from tunectl.commands.sweep import _run, parse_levels, parse_sets, with_clients
+from tunectl.commands._common import (RootOpt, StudyOpt, console, err_console, get_profile, one_line_errors,
+                                      show_table)
+from tunectl.commands import sweep as _sweep     # the module: importing sweep first registers confirm mid-way
 from tunectl.errors import UsageError
 from tunectl.models import TrialResult
 from tunectl.profile import Profile
@@ -43,8 +43,10 @@ def _winner(prof: Profile, study: str | None, sets: list[str], root: Path) -> tu
     if sets:
         if study is not None:
             raise UsageError("--set and --study: give one: the flags to confirm, or the study whose winner to confirm")
-        return parse_sets(prof, sets), None, None
+        return _sweep.parse_sets(prof, sets), None, None
     from tunectl.reports.data import load_study, summary
+
+    from tunectl.commands.results import _store
 
     store = _store(study, root)
     recorded = (store.read_study().get("profile") or {}).get("name")
@@ -125,9 +127,9 @@ def confirm(study: StudyOpt = None,
                          "or ssh): its launches are compared in pairs, so they must share the GPUs")
     if launches < 1:
         raise UsageError(f"--launches: {launches}: expected 1 or more launches of each side (3 or more for a verdict)")
-    levels = parse_levels(concurrency)
+    levels = _sweep.parse_levels(concurrency)
     if client is not None:
-        prof = with_clients(prof, client)
+        prof = _sweep.with_clients(prof, client)
     winner, of, store = _winner(prof, study, set_, root)
     base = _baseline(against, store)
     run_confirm(prof, winner, of, base, against, launches, levels, name, root, as_json, dry_run)
@@ -171,7 +173,7 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
             console.print(f"[bold]launch {i} of {len(plan)}: {who}[/] "
                           f"({_flags(params[who]) if who == 'winner' else _against_label(against)}){left}",
                           highlight=False)
-        result, _ = _run(prof, params[who], (levels, [] if levels else None, False), name, root, as_json,
+        result, _ = _sweep._run(prof, params[who], (levels, [] if levels else None, False), name, root, as_json,
                          role=cf.ROLE[who], info={**info, "profile": redact.profile(prof)})
         if result.status == "infra":
             c = result.crash

@@ -16,13 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from tunectl.cli import app
-from tunectl.commands._common import console, err_console, one_line_errors, show_table
+from tunectl.commands._common import RootOpt, StudyOpt, console, err_console, one_line_errors, show_table
 from tunectl.errors import UsageError
 from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, default_study, list_studies, study_kind
 
-StudyOpt = Annotated[str | None, typer.Option(
-    "--study", "-s", help="study name under results/ (default: the most recent)")]
-RootOpt = Annotated[Path, typer.Option("--results", help="results folder", hidden=True)]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="command | yaml | json")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="where to write")]
 RefOpt = Annotated[Path | None, typer.Option(

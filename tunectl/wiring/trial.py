@@ -103,14 +103,16 @@ def _launch_and_measure(ctx: TrialContext, result: TrialResult, on_event: Event 
     try:
         _measure(ctx, srv, result, on_event, should_prune)
     finally:
-        result.teardown = lifecycle.teardown(srv)
-        _emit(on_event, "teardown", **result.teardown)
-        if result.crash is not None and result.crash.exit_code is None and not _stopped_by_us(result.crash):
-            result.crash.exit_code = result.teardown.get("exit_code")
-        store.write_log(result.trial, srv.tail())
-        if result.teardown.get("verdict") == "clean":      # its log is in results/: the host keeps nothing
-            with contextlib.suppress(ValueError, TunectlError):
-                runner.remove_tree(plan.trial_dir)
+        # a second Ctrl-C (or `timeout`'s second SIGINT, to the process group) waits until the server is down
+        with lifecycle.signals_held():
+            result.teardown = lifecycle.teardown(srv)
+            _emit(on_event, "teardown", **result.teardown)
+            if result.crash is not None and result.crash.exit_code is None and not _stopped_by_us(result.crash):
+                result.crash.exit_code = result.teardown.get("exit_code")
+            store.write_log(result.trial, srv.tail())
+            if result.teardown.get("verdict") == "clean":      # its log is in results/: the host keeps nothing
+                with contextlib.suppress(ValueError, TunectlError):
+                    runner.remove_tree(plan.trial_dir)
 
 
 def _patcher(ctx: TrialContext) -> Any:
