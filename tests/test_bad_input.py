@@ -140,3 +140,74 @@ def test_an_empty_study_name_is_refused_not_the_default(tmp_path: Path) -> None:
     line = assert_one_line(invoke("search", "--virtual", "--trials", "2", "--study", "", "--results",
                                   str(tmp_path)), codes=(2,))
     assert line.startswith("error: --study: '': ") and not any(tmp_path.iterdir())
+
+
+def _profile_with(tmp_path: Path, edit) -> Path:
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "profiles" / "sim-glm5.yaml").read_text())
+    edit(data)
+    out = tmp_path / "p.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def _knob(name: str, **values):
+    return lambda d: d["search"]["space"][name].update(values)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_knob("max-running-requests", default=99999), "default: 99999 is not one of the choices"),
+    (_knob("disable-radix-cache", default="yes"), "default: 'yes' is not true or false"),
+    (_knob("mem-fraction-static", step=-0.01), "step must be > 0"),
+    (_knob("max-running-requests", choices=[64, 64, 128], default=64), "choices name 64 twice"),
+    (lambda d: d["search"]["space"].update(bs={"type": "int", "flag": "cuda-graph-max-bs", "low": 1.5,
+                                                "high": 9.7}), "type 'int' needs whole low and high"),
+    (lambda d: d["search"]["space"].update(bs={"type": "int", "flag": "cuda-graph-max-bs", "low": 8, "high": 64,
+                                                "default": 128}), "default: 128 is outside low..high"),
+    (lambda d: d["search"].update(try_first=[{"max-running-requests": "lots"}]),
+     "search.try_first[0].max-running-requests: 'lots' is not one of the choices"),
+    (lambda d: d["search"].update(seed=-1), "search.seed"),
+    (lambda d: d["bench"].update(workloads=[]), "bench.workloads"),
+])
+def test_a_knob_value_the_space_cannot_take_is_one_line_before_anything_runs(tmp_path: Path, edit, says) -> None:
+    """Each of these passed the profile's check and then ended in an Optuna traceback at the first trial that
+    asked for the knob (after a whole baseline had run, for try_first), or ran a search that measured nothing."""
+    prof = _profile_with(tmp_path, edit)
+    res = invoke("search", "--virtual", "--trials", "1", "-p", str(prof), "--results", str(tmp_path / "r"))
+    line = assert_one_line(res, codes=(2,))
+    assert str(prof) in line and says in line, line
+    assert not (tmp_path / "r").exists()                     # nothing started, nothing half-made
+
+
+def test_a_seed_outside_the_samplers_range_is_one_line(tmp_path: Path) -> None:
+    for seed in ("-1", str(2**32)):
+        line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "--seed", seed,
+                                      "--results", str(tmp_path / "r")), codes=(2,))
+        assert line.startswith(f"error: --seed: {seed}: must be 0 .."), line
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("sqlite://relative.db", "an SQLite URL names a file"),
+    ("sqlite:///", "an SQLite URL names a file"),
+    ("sqlite:///:memory:", "an in-memory database keeps nothing"),
+    ("mysql://u:secret@127.0.0.1:1/db", "cannot open this kind of database here"),
+])
+def test_a_storage_url_that_cannot_hold_a_study_is_one_line(tmp_path: Path, url: str, says: str) -> None:
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "--storage", url,
+                                  "--results", str(tmp_path / "r"), "--study", "s"), codes=(2,))
+    assert says in line and "secret" not in line, line
+    folder = assert_one_line(invoke("search", "--virtual", "--trials", "1", "--storage", f"sqlite:///{tmp_path}",
+                                    "--results", str(tmp_path / "r"), "--study", "s"), codes=(2,))
+    assert "is a folder; name the database file in it" in folder, folder
+
+
+@pytest.mark.parametrize("content", [bytes(range(128, 256)) * 8, "name: x\n".encode("utf-16"),
+                                     b"\x00name: x\n"])
+def test_a_profile_that_is_not_utf8_yaml_text_is_one_line(tmp_path: Path, content: bytes) -> None:
+    prof = tmp_path / "p.yaml"
+    prof.write_bytes(content)
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "-p", str(prof),
+                                  "--results", str(tmp_path / "r")), codes=(2,))
+    assert line.startswith(f"error: {prof}"), line

@@ -166,7 +166,34 @@ class ParamSpec(Strict):
                 raise ValueError(f"low <= high must hold, but got (low={self.low}, high={self.high})")
             if self.log and self.low <= 0:
                 raise ValueError(f"log scale needs low > 0, got low={self.low}")
+            if self.type == "int" and not (float(self.low).is_integer() and float(self.high).is_integer()):
+                raise ValueError(f"type 'int' needs whole low and high, got (low={self.low}, high={self.high})")
+        if self.step is not None and not self.step > 0:
+            raise ValueError(f"step must be > 0, got step={self.step}")
+        if self.choices is not None:
+            twice = [c for i, c in enumerate(self.choices) if c in self.choices[:i]]
+            if twice:
+                raise ValueError(f"choices name {twice[0]!r} twice: {self.choices}")
+        if self.default is not None:
+            why = self.refuses(self.default)
+            if why:
+                raise ValueError(f"default: {why}")
         return self
+
+    def refuses(self, value: Any) -> str | None:
+        """Why `value` is not one this knob can take (None: it can): a bool knob's true/false, one of the choices,
+        a number within low..high."""
+        if self.type == "bool":
+            return None if isinstance(value, bool) else f"{value!r} is not true or false"
+        if self.choices is not None:
+            return None if value in self.choices else f"{value!r} is not one of the choices {self.choices}"
+        if self.type in ("int", "float"):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or (self.type == "int" and not float(value).is_integer()):
+                return f"{value!r} is not {'a whole number' if self.type == 'int' else 'a number'}"
+            if self.low is not None and self.high is not None and not self.low <= value <= self.high:
+                return f"{value!r} is outside low..high ({self.low}..{self.high})"
+        return None
 
 
 class Finalists(Strict):
@@ -208,7 +235,7 @@ class Policy(Strict):
 class SearchSpec(Strict):
     space: dict[str, ParamSpec] = Field(default_factory=dict)
     sampler: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int | None = 0
+    seed: int | None = Field(0, ge=0, le=2**32 - 1)    # the samplers' (numpy's) range
     trials: int = Field(40, ge=1)
     finalists: Finalists = Field(default_factory=Finalists)
     pruning: Pruning = Field(default_factory=Pruning)
@@ -235,9 +262,12 @@ class SearchSpec(Strict):
                 raise ValueError(f"search.space.{name}.when: circular: {' -> '.join(cycle)}; a knob's `when:` may "
                                  "only name knobs that do not depend on it")
         for i, cfg in enumerate(self.try_first):
-            for knob in cfg:
+            for knob, value in cfg.items():
                 if knob not in self.space:
                     raise ValueError(f"search.try_first[{i}]: {knob!r} is not a knob; valid: {sorted(self.space)}")
+                why = self.space[knob].refuses(value)
+                if why:
+                    raise ValueError(f"search.try_first[{i}].{knob}: {why}")
         return self
 
 
@@ -254,7 +284,7 @@ def _when_cycle(space: dict[str, ParamSpec], name: str, path: list[str]) -> list
 
 class BenchSpec(Strict):
     levels: list[int] = Field(default_factory=lambda: list(DEFAULT_LEVELS))
-    workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec()])
+    workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec()], min_length=1)
     client: Literal["builtin", "bench_serving"] = "builtin"
     backend: Literal["sglang", "sglang-oai"] = "sglang"
     saturation_stop: float | None = None          # stop the ladder when gain over the last level < this share

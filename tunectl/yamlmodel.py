@@ -130,15 +130,18 @@ def validation_error(file: str, exc: ValidationError, data: Any, root: yaml.Node
 
 def read_yaml(file: str, what: str) -> tuple[Any, yaml.Node | None]:
     try:
-        text = Path(file).read_text()
+        text = Path(file).read_text(encoding="utf-8")
     except OSError as e:
         raise ProfileError(file, "(file)", file, f"cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ProfileError(file, "(file)", None, f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                           f"{e.start}): a {what} is a YAML file in UTF-8") from None
     try:
         return yaml.safe_load(text), yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise ProfileError(file, "(yaml)", None, f"not valid YAML: {getattr(e, 'problem', e)}",
-                           mark.line + 1 if mark else None) from None
+        why = " ".join(str(getattr(e, "problem", None) or e).split())    # one line, whatever the parser wrote
+        raise ProfileError(file, "(yaml)", None, f"not valid YAML: {why}", mark.line + 1 if mark else None) from None
 
 
 def load_model(path: str | os.PathLike[str], model: type[M], what: str,

@@ -339,6 +339,8 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
     if parallel is not None and parallel < 1:
         raise UsageError(f"--parallel: {parallel}: must be a positive number of trials at once (default: one per "
                          "GPU slot)")
+    if seed is not None and not 0 <= seed <= 2**32 - 1:
+        raise UsageError(f"--seed: {seed}: must be 0 .. {2**32 - 1} (the samplers' range; default: the profile's)")
     if confirm < 0 or (confirm and virtual):
         raise UsageError(f"--confirm: {confirm}: " + ("the virtual model has no launches to confirm on" if virtual
                                                        else "must be 0 (none) or more fresh launches of each side"))

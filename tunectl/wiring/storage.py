@@ -29,6 +29,17 @@ def storage_url_for(url: str) -> str:
     except sqlalchemy.exc.ArgumentError:
         raise UsageError(f"--storage {shown!r}: not a database URL; e.g. sqlite:///results/s/study.db or "
                          "postgresql://user:password@host:5432/db") from None
+    if parsed.drivername.split("+")[0] == "sqlite":
+        db = parsed.database or ""
+        if parsed.host or not db:
+            raise UsageError(f"--storage {shown!r}: an SQLite URL names a file: sqlite:///relative/path.db or "
+                             "sqlite:////absolute/path.db")
+        if db == ":memory:" or db.startswith("file::memory:"):
+            raise UsageError(f"--storage {shown!r}: an in-memory database keeps nothing after this run (no resume, "
+                             "no report): name a file, e.g. sqlite:///results/s/study.db")
+        if Path(db).is_dir():
+            raise UsageError(f"--storage {shown!r}: {db} is a folder; name the database file in it, e.g. "
+                             f"sqlite:///{Path(db) / 'study.db'}")
     if parsed.drivername in ("postgresql", "postgres"):
         driver = next((d for d in ("psycopg2", "psycopg") if find_spec(d) is not None), None)
         if driver is None:
@@ -46,7 +57,7 @@ def storage_errors(url: str) -> Iterator[None]:
     shown = redact.url(url)
     try:
         yield
-    except (sqlalchemy.exc.NoSuchModuleError, ModuleNotFoundError) as e:
+    except (sqlalchemy.exc.NoSuchModuleError, ImportError) as e:     # Optuna: "Failed to import DB access module"
         raise UsageError(f"--storage {shown}: cannot open this kind of database here ({e}); supported: sqlite:///"
                          "PATH, postgresql://... (pip install 'tunectl[postgres]')") from None
     except sqlalchemy.exc.OperationalError as e:
