@@ -14,18 +14,9 @@ from typing import Any
 
 import yaml
 
-from tunectl.sglang.flags import FlagSpec, bundled_flags, config_refused, config_to_argv
+from tunectl.sglang.flags import TYPES, FlagSpec, bundled_flags, config_refused, config_to_argv
 
 SGLANG_VERSION = "0.5.9"
-# Flags the model reads get SGLang's real types, so a bad value exits 2 like the real parser.
-TYPES: dict[str, Any] = {
-    "tensor-parallel-size": int, "port": int, "max-running-requests": int, "cuda-graph-max-bs": int,
-    "chunked-prefill-size": int, "stream-interval": int, "random-seed": int, "max-prefill-tokens": int,
-    "max-total-tokens": int, "mem-fraction-static": float, "watchdog-timeout": float, "cuda-graph-bs": int,
-    "data-parallel-size": int, "pipeline-parallel-size": int, "expert-parallel-size": int,
-    "cuda-graph-max-bs-decode": int, "cuda-graph-max-bs-prefill": int,     # 0.5.17 names
-    "tp-size": int, "dp-size": int, "pp-size": int, "ep-size": int,
-}
 VERSIONS = ("0.5.9", "0.5.17", "0.5.23")
 # Options SGLang's --config parser refuses: their destination belongs to an argparse action that is neither store
 # nor store_true (server_args_config_parser.py, `unsupported_actions`, keyed by dest), derived from each version's

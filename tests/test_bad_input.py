@@ -211,3 +211,37 @@ def test_a_profile_that_is_not_utf8_yaml_text_is_one_line(tmp_path: Path, conten
     line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "-p", str(prof),
                                   "--results", str(tmp_path / "r")), codes=(2,))
     assert line.startswith(f"error: {prof}"), line
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["search"]["space"].update({"no-such-flag": {"type": "bool"}}),
+     "search.space.no-such-flag: --no-such-flag is not a flag of SGLang 0.5.9"),
+    (lambda d: d["search"]["space"]["moe-runner-backend"].update(choices=["bogus", "triton"], default="triton"),
+     "'bogus' is not a valid choice for --moe-runner-backend"),
+    (lambda d: d["server"]["flags"].update({"tp-size": "eight"}),
+     "server.flags.tp-size: 'eight' is not a whole number"),
+])
+def test_the_virtual_model_refuses_the_flags_a_real_server_would(tmp_path: Path, edit, says) -> None:
+    """`--virtual` runs no server to refuse a flag, and named a winner with `--no-such-flag` in it; it now checks
+    the profile against the bundled --help of its SGLang version, as `tunectl check` does against the host's."""
+    prof = _profile_with(tmp_path, edit)
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "-p", str(prof),
+                                  "--results", str(tmp_path / "r")), codes=(2,))
+    assert says in line and str(prof) in line, line
+
+
+def test_a_number_flag_given_a_word_is_refused_before_launch(tmp_path: Path) -> None:
+    """`tp-size: eight` passed `check` ("23 flags valid") and crashed every trial at launch (exit 0, "no stable
+    configuration"); SGLang's argparse types are now checked by `check` and `--set`."""
+    from tunectl.profile import load_profile
+    from tunectl.runners.checks.flagcheck import problems
+    from tunectl.sglang.flags import bundled_flags
+
+    prof = load_profile(_profile_with(tmp_path, lambda d: d["server"]["flags"].update({"tp-size": "eight"})))
+    bad = problems(prof, bundled_flags("0.5.9"), "SGLang 0.5.9")
+    assert len(bad) == 1 and "server.flags.tp-size: 'eight' is not a whole number" in bad[0], bad
+    assert problems(load_profile(_profile_with(tmp_path, lambda d: None)), bundled_flags("0.5.9"), "x") == []
+    for flag, word in (("tp-size", "eight"), ("context-length", "abc"), ("watchdog-timeout", "long")):
+        line = assert_one_line(invoke("sweep", "--dry-run", "-c", "1", "--set", f"{flag}={word}",
+                                      "--results", str(tmp_path / "r")), codes=(2,))
+        assert line.startswith(f"error: --set {flag}: {word!r}: must be a"), line

@@ -322,6 +322,23 @@ WarmOpt = Annotated[str | None, typer.Option(
     "winner and top configs run first, its trials become prior knowledge (docs/versions.md)")]
 
 
+def _virtual_flags(prof: Profile) -> None:
+    """The virtual model runs no server to refuse a flag: the profile's flags are checked against the bundled --help
+    of its SGLang version, as `tunectl check` does against the host's (an unknown flag, a bad choice or type)."""
+    from tunectl.runners.checks.flagcheck import problems
+    from tunectl.sglang.flags import bundled_flags
+
+    version = prof.server.sglang_version
+    try:
+        flags = bundled_flags(version)
+    except FileNotFoundError:
+        return                                  # no bundled text: the stand-in itself says what it plays
+    bad = problems(prof, flags, f"SGLang {version} (its --help, bundled)")
+    if bad:
+        more = f" (and {len(bad) - 1} more: `tunectl check -p {prof.source}` lists them)" if len(bad) > 1 else ""
+        raise UsageError(bad[0] + more)
+
+
 @app.command()
 @one_line_errors
 def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt = None, storage: StorageOpt = None,
@@ -358,6 +375,7 @@ def search(trials: TrialsOpt = None, profile: ProfileOpt = None, study: StudyOpt
         if not engine(prof).has_model:
             raise UsageError(f"--virtual: profile {prof.source}: server.engine is {prof.server.engine!r}; "
                              "the virtual model needs 'sim'")
+        _virtual_flags(prof)
         from tunectl.store import StudyStore
         from tunectl.wiring.virtual import VirtualEvaluator, recorded
 

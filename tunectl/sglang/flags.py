@@ -15,6 +15,18 @@ HELP_DIR = Path(__file__).parent / "help"
 _OPT_LINE = re.compile(r"^  (-\S.*)$")
 
 
+# SGLang's argparse types of the flags that take numbers (srt/server_args.py): `--tp-size eight` exits 2 there. The
+# --help text does not say; the stand-in's parser and the profile check both use this table.
+TYPES: dict[str, Any] = {
+    "tensor-parallel-size": int, "port": int, "max-running-requests": int, "cuda-graph-max-bs": int,
+    "chunked-prefill-size": int, "stream-interval": int, "random-seed": int, "max-prefill-tokens": int,
+    "max-total-tokens": int, "mem-fraction-static": float, "watchdog-timeout": float, "cuda-graph-bs": int,
+    "data-parallel-size": int, "pipeline-parallel-size": int, "expert-parallel-size": int,
+    "cuda-graph-max-bs-decode": int, "cuda-graph-max-bs-prefill": int,     # 0.5.17 names
+    "tp-size": int, "dp-size": int, "pp-size": int, "ep-size": int, "context-length": int,
+}
+
+
 @dataclass
 class FlagSpec:
     name: str                          # e.g. "cuda-graph-max-bs"
@@ -93,6 +105,11 @@ def parse_help(text: str) -> dict[str, FlagSpec]:
         elif ln and not ln.startswith(" "):
             current = None
     return out
+
+
+def value_type(spec: FlagSpec) -> Any:
+    """int or float where SGLang's parser types the flag's value (TYPES, by any of its names), else None."""
+    return next((TYPES[n] for n in (spec.name, *(a.lstrip("-") for a in spec.aliases)) if n in TYPES), None)
 
 
 def bundled_flags(version: str) -> dict[str, FlagSpec]:
