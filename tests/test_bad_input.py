@@ -245,3 +245,36 @@ def test_a_number_flag_given_a_word_is_refused_before_launch(tmp_path: Path) -> 
         line = assert_one_line(invoke("sweep", "--dry-run", "-c", "1", "--set", f"{flag}={word}",
                                       "--results", str(tmp_path / "r")), codes=(2,))
         assert line.startswith(f"error: --set {flag}: {word!r}: must be a"), line
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d.setdefault("objective", {}).update(slo={"p99_ttft_ms": -5}), "objective.slo:"),
+    (lambda d: d["bench"].update(levels=[True, 4]), "bench.levels.0"),
+    (lambda d: d["bench"].update(min_level_s=200, max_level_s=100), "bench.min_level_s: 200.0: must be at most"),
+])
+def test_a_bench_or_objective_value_that_cannot_mean_anything_is_one_line(tmp_path: Path, edit, says) -> None:
+    prof = _profile_with(tmp_path, edit)
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "-p", str(prof),
+                                  "--results", str(tmp_path / "r")), codes=(2,))
+    assert says in line, line
+
+
+def test_a_key_given_twice_is_one_line_naming_the_second(tmp_path: Path) -> None:
+    """YAML lets the second of two equal keys win in silence: a profile that sets `levels` twice ran the second."""
+    text = (Path(__file__).resolve().parents[1] / "profiles" / "sim-glm5.yaml").read_text()
+    assert "\n  levels:" in text
+    prof = tmp_path / "p.yaml"
+    prof.write_text(text.replace("\n  levels:", "\n  levels: [1]\n  levels:", 1))
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "-p", str(prof),
+                                  "--results", str(tmp_path / "r")), codes=(2,))
+    second = 1 + prof.read_text().splitlines().index(next(ln for ln in prof.read_text().splitlines()
+                                                          if ln.startswith("  levels: [1, ")))
+    assert line.startswith(f"error: {prof}:{second}: bench.levels: given twice"), line
+
+
+def test_sweep_refuses_levels_and_rates_together_and_negative_launches_even_dry() -> None:
+    """`-c 4 -r 2` ran the rate alone (rates replace the levels) in silence; `--dry-run --launches -1` passed."""
+    line = assert_one_line(invoke("sweep", "--dry-run", "-c", "4", "-r", "2"), codes=(2,))
+    assert "a sweep runs closed-loop levels or open-loop rates" in line, line
+    line = assert_one_line(invoke("sweep", "--dry-run", "--launches", "-1"), codes=(2,))
+    assert line == "error: --launches: -1: expected 1 or more fresh launches", line

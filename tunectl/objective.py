@@ -49,6 +49,10 @@ class Objective(Strict):
         bad = {k: v for k, v in self.weights.items() if not v > 0}
         if bad:
             raise ValueError(f"weights: {bad}: each weight must be > 0 (leave a workload out to ignore it)")
+        late = {k: v for k, v in self.slo.items() if not v > 0}
+        if late:
+            raise ValueError(f"objective.slo: {late}: each limit is a latency in ms, > 0 (leave a metric out to "
+                             "not limit it)")
         return self
 
 

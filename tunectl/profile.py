@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, StrictInt, field_validator, model_validator
 
 from tunectl.energy import Cost
 from tunectl.objective import Capacity, Objective, Reference
@@ -283,7 +283,7 @@ def _when_cycle(space: dict[str, ParamSpec], name: str, path: list[str]) -> list
 
 
 class BenchSpec(Strict):
-    levels: list[int] = Field(default_factory=lambda: list(DEFAULT_LEVELS))
+    levels: list[StrictInt] = Field(default_factory=lambda: list(DEFAULT_LEVELS))
     workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec()], min_length=1)
     client: Literal["builtin", "bench_serving"] = "builtin"
     backend: Literal["sglang", "sglang-oai"] = "sglang"
@@ -309,6 +309,9 @@ class BenchSpec(Strict):
             raise ValueError(f"levels must be strictly increasing, got {self.levels}")
         if any(r <= 0 for r in self.rates) or self.rates != sorted(set(self.rates)):
             raise ValueError(f"rates must be positive and strictly increasing, got {self.rates}")
+        if self.min_level_s > self.max_level_s:
+            raise ValueError(f"bench.min_level_s: {self.min_level_s}: must be at most max_level_s "
+                             f"({self.max_level_s})")
         return self
 
     @model_validator(mode="after")

@@ -128,6 +128,32 @@ def validation_error(file: str, exc: ValidationError, data: Any, root: yaml.Node
     return ProfileError(file, field, value, problem, line)
 
 
+def _key_twice(node: yaml.Node | None, path: str = "", walked: set[int] | None = None) -> tuple[str, int] | None:
+    """(the dotted key, its 1-based line) of the first key a mapping gives twice, else None. A node an alias
+    repeats is walked once (a "billion laughs" file stays linear)."""
+    walked = set() if walked is None else walked
+    if id(node) in walked:
+        return None
+    walked.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            name = str(k.value)
+            here = f"{path}.{name}" if path else name
+            if name in seen:
+                return here, k.start_mark.line + 1
+            seen.add(name)
+            found = _key_twice(v, here, walked)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            found = _key_twice(v, f"{path}[{i}]", walked)
+            if found:
+                return found
+    return None
+
+
 def read_yaml(file: str, what: str) -> tuple[Any, yaml.Node | None]:
     try:
         text = Path(file).read_text(encoding="utf-8")
@@ -137,7 +163,13 @@ def read_yaml(file: str, what: str) -> tuple[Any, yaml.Node | None]:
         raise ProfileError(file, "(file)", None, f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
                            f"{e.start}): a {what} is a YAML file in UTF-8") from None
     try:
-        return yaml.safe_load(text), yaml.compose(text)
+        data, root = yaml.safe_load(text), yaml.compose(text)
+        twice = _key_twice(root)
+        if twice is not None:
+            key, line = twice
+            raise ProfileError(file, key, None, "given twice in one mapping (the second would silently win): keep "
+                               "one", line)
+        return data, root
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         why = " ".join(str(getattr(e, "problem", None) or e).split())    # one line, whatever the parser wrote

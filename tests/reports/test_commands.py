@@ -148,6 +148,9 @@ def test_report_reference_line_only_from_the_study_or_when_asked(results_root, t
 def test_no_studies_is_one_line(tmp_path):
     res = run(tmp_path / "results", "report")
     assert res.exit_code == 2 and "no studies yet" in res.output and "Traceback" not in res.output
+    listed = run(tmp_path / "results", "studies")          # listing none is an answer: exit 0, one line
+    assert listed.exit_code == 0 and listed.output.strip().endswith("no studies yet (run `tunectl search` or "
+                                                                    "`tunectl sweep` first)"), listed.output
 
 
 def test_an_api_key_in_the_winners_argv_stays_out_of_the_report(tmp_path):

@@ -61,8 +61,10 @@ def warn_unreadable(store: StudyStore) -> StudyStore:
 def studies(root: RootOpt = DEFAULT_ROOT) -> None:
     """The studies and sweeps under results/, oldest first; the default one (the latest search) is marked."""
     names = list_studies(root)
-    if not names:
-        raise UsageError(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)")
+    if not names:                          # an empty list is an answer, not an error (exit 0)
+        err_console.print(f"{root}: no studies yet (run `tunectl search` or `tunectl sweep` first)",
+                          highlight=False, markup=False, soft_wrap=True)
+        return
     from tunectl.reports.data import load_study, winner_number
 
     default = default_study(root)

@@ -284,19 +284,22 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
         raise UsageError(f"{prof.source or prof.name}: host.kind: slurm: tunectl search runs there (a job per trial, "
                          "docs/slurm.md); tunectl sweep needs host.kind local or ssh")
     levels, rates = parse_levels(concurrency), parse_rates(request_rate)
+    if levels is not None and rates is not None:
+        raise UsageError(f"--concurrency {concurrency} and --request-rate {request_rate}: a sweep runs closed-loop "
+                         "levels or open-loop rates (which replace the levels), not both (docs/load.md)")
     if levels is not None and rates is None:
         rates = []                                   # --concurrency: closed-loop levels, whatever bench.rates
     prof = with_load(prof, burstiness, max_concurrency, parse_slo(slo), capacity)
     params = parse_sets(prof, set_)
     if client is not None:
         prof = with_clients(prof, client)
+    if launches < 1:
+        raise UsageError(f"--launches: {launches}: expected 1 or more fresh launches")
     if dry_run:
         _dry_run(prof, params, as_json)
         return
     if study is not None:
         check_name(study)
-    if launches < 1:
-        raise UsageError(f"--launches: {launches}: expected 1 or more fresh launches")
     name = study or time.strftime("sweep-%Y%m%d-%H%M%S")
     results: list[TrialResult] = []
     for i in range(launches):
