@@ -119,6 +119,21 @@ CASES = [
     Case("profile: unknown flag in server.flags", ["sweep", "-c", "1", *P], setter("server.flags.no-such-flag", 1)),
     Case("profile: negative bench level", [*DRY, *P], setter("bench.levels", [-1])),
     Case("profile: unknown objective.metric", [*DRY, *P], setter("objective.metric", "vibes")),
+    Case("profile: knob default not a choice", [*SV, *P], setter("search.space.max-running-requests.default", 99999)),
+    Case("profile: bool knob default 'yes'", [*SV, *P], setter("search.space.disable-radix-cache.default", "yes")),
+    Case("profile: knob step negative", [*SV, *P], setter("search.space.mem-fraction-static.step", -0.01)),
+    Case("profile: try_first value not a choice", [*SV, *P],
+         setter("search.try_first", [{"max-running-requests": "lots"}])),
+    Case("profile: search.seed -1", [*SV, *P], setter("search.seed", -1)),
+    Case("profile: no workloads", [*SV, *P], setter("bench.workloads", [])),
+    Case("profile: negative SLO limit", [*SV, *P], setter("objective.slo", {"p99_ttft_ms": -5})),
+    Case("profile: min_level_s above max_level_s", [*SV, *P],
+         lambda t: profile(t, lambda d: d["bench"].update(min_level_s=200, max_level_s=100))),
+    Case("profile: a key given twice", [*SV, *P], text("bad.yaml", "name: a\nname: b\nmodel: {path: x}\n")),
+    Case("profile: not UTF-8", [*SV, *P], lambda t: (t / "bad.yaml").write_bytes(bytes(range(128, 256)))),
+    Case("profile: tp-size not a number (virtual)", [*SV, *P], setter("server.flags.tp-size", "eight")),
+    Case("profile: unknown flag knob (virtual)", [*SV, *P],
+         setter("search.space.no-such-flag", {"type": "bool"})),
     # --set
     Case("--set without =", [*DRY, "--set", "max-running-requests"]),
     Case("--set with no name", [*DRY, "--set", "=5"]),
@@ -144,6 +159,11 @@ CASES = [
     Case("--storage unreachable PostgreSQL", [*SV, "--study", "s", "--storage",
                                               "postgresql://u:hunter2@127.0.0.1:1/db"], secret="hunter2"),
     Case("--storage SQLite in a missing folder", [*SV, "--study", "s", "--storage", "sqlite:////nonexistent/d/x.db"]),
+    Case("--storage SQLite in memory", [*SV, "--study", "s", "--storage", "sqlite:///:memory:"]),
+    Case("--storage SQLite without a file", [*SV, "--study", "s", "--storage", "sqlite://relative.db"]),
+    Case("--storage SQLite naming a folder", [*SV, "--study", "s", "--storage", "sqlite:////tmp"]),
+    Case("--storage driver not installed", [*SV, "--study", "s", "--storage", "mysql://u:hunter2@127.0.0.1:1/db"],
+         secret="hunter2"),
     # paths
     Case("--results is a file (search)", [*SV, "--results", "afile"], a_file),
     Case("--results is a file (sweep)", ["sweep", "-c", "1", "--study", "s", "--results", "afile"], a_file),
@@ -171,6 +191,10 @@ CASES = [
     Case("sweep --slo not KEY=MS", ["sweep", "--capacity", "--slo", "foo"]),
     Case("sweep --slo not a number", ["sweep", "--capacity", "--slo", "p99_ttft_ms=abc"]),
     Case("sweep --launches 0", ["sweep", "-c", "1", "--launches", "0"]),
+    Case("sweep --launches -1 (dry run)", [*DRY, "--launches", "-1"]),
+    Case("sweep -c and -r together", [*DRY, "-c", "4", "-r", "2"]),
+    Case("sweep --set tp-size=eight", [*DRY, "--set", "tp-size=eight"]),
+    Case("search --seed -1", [*SV, "--seed", "-1"]),
     Case("sweep --client unknown", [*DRY, "--client", "curl"]),
     Case("best --format xml", ["best", "--format", "xml"], a_study),
     Case("export --format xlsx", ["export", "--format", "xlsx"], a_study),
@@ -206,8 +230,9 @@ def run_case(case: Case, keep: bool) -> tuple[str, int | None, int, bool, str]:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("study: ")]
         tb = "Traceback" in out
         leaked = case.secret is not None and case.secret in out
-        if case.parser:
-            ok = proc.returncode == 2 and not tb and "Error" in proc.stderr
+        if case.parser:                 # click's usage block, or tunectl's one line for the parser's refusal
+            ok = proc.returncode == 2 and not tb and ("Error" in proc.stderr or (len(lines) == 1 and
+                                                                                lines[0].startswith("error: ")))
         else:
             ok = (proc.returncode in case.codes and not tb and len(lines) == 1 and lines[0].startswith("error: "))
         verdict = "ok" if ok and not leaked else ("secret shown" if leaked else "FAIL")
