@@ -278,3 +278,10 @@ def test_sweep_refuses_levels_and_rates_together_and_negative_launches_even_dry(
     assert "a sweep runs closed-loop levels or open-loop rates" in line, line
     line = assert_one_line(invoke("sweep", "--dry-run", "--launches", "-1"), codes=(2,))
     assert line == "error: --launches: -1: expected 1 or more fresh launches", line
+
+
+def test_the_virtual_model_refuses_an_sglang_version_the_stand_in_does_not_play(tmp_path: Path) -> None:
+    prof = _profile_with(tmp_path, lambda d: d["server"].update(sglang_version="9.9.9"))
+    line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "-p", str(prof),
+                                  "--results", str(tmp_path / "r")), codes=(2,))
+    assert "server.sglang_version: '9.9.9'" in line and "0.5.9" in line and "0.5.17" in line, line

@@ -331,8 +331,9 @@ def _virtual_flags(prof: Profile) -> None:
     version = prof.server.sglang_version
     try:
         flags = bundled_flags(version)
-    except FileNotFoundError:
-        return                                  # no bundled text: the stand-in itself says what it plays
+    except FileNotFoundError as e:              # the stand-in plays only the versions whose --help it bundles
+        raise UsageError(f"{prof.source}: server.sglang_version: {version!r}: the virtual model plays the stand-in, "
+                         f"which plays the bundled versions only ({str(e).split('; ', 1)[-1]})") from None
     bad = problems(prof, flags, f"SGLang {version} (its --help, bundled)")
     if bad:
         more = f" (and {len(bad) - 1} more: `tunectl check -p {prof.source}` lists them)" if len(bad) > 1 else ""
