@@ -170,6 +170,11 @@ def eager(flags: dict[str, Any]) -> bool:
     return bool(normalize(flags)["disable_cuda_graph"])
 
 
+def _twins_key(flags: dict[str, Any], passengers: tuple[str, ...]) -> str:
+    """Configs that differ only in `passengers` share this key (twins)."""
+    return repr(sorted((k, str(v)) for k, v in flags.items() if k not in passengers))
+
+
 def noise(land: dict[str, Any], client: str, passengers: tuple[str, ...] = (),
           keep: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, float] | None:
     """The launch-to-launch and level-to-level log-normal sds the relaunched configs measured with `client`:
@@ -185,8 +190,7 @@ def noise(land: dict[str, Any], client: str, passengers: tuple[str, ...] = (),
     for cfg in land["configs"]:
         if keep is not None and not keep(cfg.get("set", {})):
             continue
-        key = repr(sorted((k, str(v)) for k, v in cfg["set"].items() if k not in passengers)) \
-            if passengers and "set" in cfg else cfg["id"]
+        key = _twins_key(cfg["set"], passengers) if passengers and "set" in cfg else cfg["id"]
         for ln in cfg["launches"]:
             if ln["outcome"] == "ok":
                 groups.setdefault((key, ln.get("machine") or ""), []).append(ln["levels"].get(client, {}))
@@ -230,20 +234,17 @@ def machine_noise(land: dict[str, Any], client: str, passengers: tuple[str, ...]
     the two machines' mean log readings, sorted by whether the level decodes eager (`eager_at`); each sd is
     sqrt(mean d^2 / 2). None where no config was read on two machines. The levels of one pair share its machines,
     so they are not independent draws: a rough estimate, as the pairs say."""
-    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    flags: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]] = {}
     for cfg in land["configs"]:
         if "set" not in cfg:
             continue
-        key = repr(sorted((k, str(v)) for k, v in cfg["set"].items() if k not in passengers))
         for ln in cfg["launches"]:
             if ln["outcome"] == "ok":
-                groups.setdefault(key, {}).setdefault(ln.get("machine") or "", []).append(
-                    (cfg["set"], ln["levels"].get(client, {})))
-                flags.setdefault(key, cfg["set"])
+                groups.setdefault(_twins_key(cfg["set"], passengers), {}).setdefault(
+                    ln.get("machine") or "", []).append((cfg["set"], ln["levels"].get(client, {})))
     diffs: dict[bool, list[float]] = {False: [], True: []}
     pairs, machines = 0, set()
-    for key, by_machine in groups.items():
+    for by_machine in groups.values():
         names = sorted(by_machine)
         for i, m1 in enumerate(names):
             for m2 in names[i + 1:]:

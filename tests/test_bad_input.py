@@ -244,7 +244,7 @@ def test_a_number_flag_given_a_word_is_refused_before_launch(tmp_path: Path) -> 
     for flag, word in (("tp-size", "eight"), ("context-length", "abc"), ("watchdog-timeout", "long")):
         line = assert_one_line(invoke("sweep", "--dry-run", "-c", "1", "--set", f"{flag}={word}",
                                       "--results", str(tmp_path / "r")), codes=(2,))
-        assert line.startswith(f"error: --set {flag}: {word!r}: must be a"), line
+        assert line.startswith(f"error: --set {flag}: {word!r} is not a"), line
 
 
 @pytest.mark.parametrize("edit, says", [

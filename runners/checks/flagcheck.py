@@ -14,7 +14,7 @@ from tunectl import knobs
 from tunectl.sglang import versions
 from tunectl.engines import engine
 from tunectl.errors import RunnerError
-from tunectl.sglang.flags import FlagSpec, did_you_mean, flag_index, parse_help, value_type
+from tunectl.sglang.flags import FlagSpec, did_you_mean, flag_index, parse_help, type_problem
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import Runner
 
@@ -66,27 +66,14 @@ def _value_problem(flag: FlagSpec, values: list[Any]) -> str | None:
     if not flag.takes_value:
         bad = [v for v in values if not isinstance(v, bool)]
         return f"--{flag.name} is a switch (true/false), got {bad[0]!r}" if bad else None
-    kind = value_type(flag)
-    if kind is not None:
-        bad = [v for v in values if not _parses(kind, v)]
-        if bad:
-            return f"{bad[0]!r} is not {'a whole number' if kind is int else 'a number'}: --{flag.name} takes one"
+    typed = next((why for why in (type_problem(flag, v) for v in values) if why), None)
+    if typed:
+        return typed
     if flag.choices:
         bad = [v for v in values if not isinstance(v, bool) and str(v) not in flag.choices]
         if bad:
             return f"{bad[0]!r} is not a valid choice for --{flag.name}; valid: {', '.join(flag.choices)}"
     return None
-
-
-def _parses(kind: Any, value: Any) -> bool:
-    """As SGLang's argparse reads the value's text (`int("8")`, `float("0.88")`)."""
-    if isinstance(value, bool):
-        return False
-    try:
-        kind(str(value))
-    except ValueError:
-        return False
-    return True
 
 
 def problems(prof: Profile, flags: dict[str, FlagSpec], where: str) -> list[str]:

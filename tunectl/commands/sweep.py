@@ -170,15 +170,11 @@ def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
         why = str(getattr(e, "problem", None) or getattr(e, "context", None) or "not valid YAML").strip()
         raise UsageError(f"--set {name}: {raw!r}: not a valid value ({why}); a value with YAML's special "
                          f"characters is quoted: --set '{name}=\"...\"'") from None
-    from tunectl.sglang.flags import value_type
+    from tunectl.sglang.flags import type_problem
 
-    kind = value_type(spec)
-    if kind is not None:
-        try:
-            kind(raw)
-        except ValueError:
-            raise UsageError(f"--set {name}: {raw!r}: must be {'a whole number' if kind is int else 'a number'} "
-                             f"(--{spec.name} takes one)") from None
+    typed = type_problem(spec, raw)
+    if typed:
+        raise UsageError(f"--set {name}: {typed}")
     return key, value if isinstance(value, (int, float, str, bool)) else raw
 
 

@@ -107,9 +107,19 @@ def parse_help(text: str) -> dict[str, FlagSpec]:
     return out
 
 
-def value_type(spec: FlagSpec) -> Any:
-    """int or float where SGLang's parser types the flag's value (TYPES, by any of its names), else None."""
-    return next((TYPES[n] for n in (spec.name, *(a.lstrip("-") for a in spec.aliases)) if n in TYPES), None)
+def type_problem(spec: FlagSpec, value: Any) -> str | None:
+    """Why SGLang's parser would refuse `value` for this flag's number type (TYPES, by any of its names), as it
+    reads the value's text (`int("8")`, `float("0.88")`); None where it takes it or the flag is not typed."""
+    kind = next((TYPES[n] for n in (spec.name, *(a.lstrip("-") for a in spec.aliases)) if n in TYPES), None)
+    if kind is None:
+        return None
+    try:
+        if not isinstance(value, bool):
+            kind(str(value))
+            return None
+    except ValueError:
+        pass
+    return f"{value!r} is not {'a whole number' if kind is int else 'a number'}: --{spec.name} takes one"
 
 
 def bundled_flags(version: str) -> dict[str, FlagSpec]:
