@@ -193,6 +193,8 @@ def test_a_seed_outside_the_samplers_range_is_one_line(tmp_path: Path) -> None:
     ("sqlite:///", "an SQLite URL names a file"),
     ("sqlite:///:memory:", "an in-memory database keeps nothing"),
     ("mysql://u:secret@127.0.0.1:1/db", "cannot open this kind of database here"),
+    ("", "empty; leave --storage out"),                   # an unset variable in a script: never the default
+    ("sqlite:///no/such/folder/s.db", "the folder no/such/folder does not exist"),
 ])
 def test_a_storage_url_that_cannot_hold_a_study_is_one_line(tmp_path: Path, url: str, says: str) -> None:
     line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "--storage", url,

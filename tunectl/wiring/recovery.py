@@ -184,7 +184,7 @@ def rebuild_study(prof: Profile, name: str, root: Path | str,
     db = store.dir / "study.db"
     if storage_url is None and db.exists():
         aside = set_aside(db)
-    url = storage_url_for(storage_url) if storage_url else default_storage_url(store.dir)
+    url = storage_url_for(storage_url) if storage_url is not None else default_storage_url(store.dir)
     with storage_errors(url):
         study = optuna.create_study(study_name=name, storage=open_storage(url), load_if_exists=True,
                                     directions=["maximize", "minimize"] if prof.objective.multi_objective

@@ -23,6 +23,9 @@ def storage_url_for(url: str) -> str:
 
     if url.startswith("memory:"):              # an in-process storage (search/study.py: virtual benchmarks)
         return url
+    if not url.strip():                        # `--storage ""` (an unset variable in a script): never the default
+        raise UsageError(f"--storage {url!r}: empty; leave --storage out for the study's own SQLite file "
+                         "(results/<study>/study.db), or give a URL, e.g. postgresql://user:password@host:5432/db")
     shown = redact.url(url)
     try:
         parsed = make_url(url)
@@ -40,6 +43,9 @@ def storage_url_for(url: str) -> str:
         if Path(db).is_dir():
             raise UsageError(f"--storage {shown!r}: {db} is a folder; name the database file in it, e.g. "
                              f"sqlite:///{Path(db) / 'study.db'}")
+        if not Path(db).parent.is_dir():      # SQLite says only "unable to open database file"
+            raise UsageError(f"--storage {shown!r}: the folder {Path(db).parent} does not exist; create it "
+                             "first, or leave --storage out for results/<study>/study.db")
     if parsed.drivername in ("postgresql", "postgres"):
         driver = next((d for d in ("psycopg2", "psycopg") if find_spec(d) is not None), None)
         if driver is None:

@@ -242,7 +242,7 @@ def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: S
             ws: warmstart.WarmStart | None, storage_url: str | None, seed: int | None, evaluate: Evaluate | None,
             heartbeat_s: int, in_memory: bool, started: float) -> SearchOutcome:
     on_event, runners = fleet.on_event, fleet.runners
-    url = storage_url_for(storage_url) if storage_url else default_storage_url(store.dir)
+    url = storage_url_for(storage_url) if storage_url is not None else default_storage_url(store.dir)
     seed = prof.search.seed if seed is None else seed
     n_trials = trials or prof.search.trials
     fp = identity.of_profile(*fleet.first())
@@ -299,7 +299,7 @@ def _load_warm(old: str | None, name: str, prof: Profile, root: Path | str,
         return None
     if old == name:
         raise UsageError(f"--warm-start {old}: the new study needs a name of its own (--study {old}-2)")
-    return warmstart.load(old, prof, root, storage_url_for(storage_url) if storage_url else None)
+    return warmstart.load(old, prof, root, storage_url_for(storage_url) if storage_url is not None else None)
 
 
 @contextlib.contextmanager
