@@ -18,7 +18,7 @@ from tunectl.reports.data import (
 )
 
 from tunectl.errors import UsageError
-from tunectl.store import StudyStore, list_studies
+from tunectl.store import RecordError, StudyStore, list_studies
 
 RESULT_KEYS = ("objective", "output_throughput", "concurrency", "max_stable_concurrency", "p99_ttft_ms", "p99_tpot_ms",
                "crash", "sglang_version", "host")
@@ -41,8 +41,12 @@ def trial_side(root: Path, study: str, n: int | None) -> dict[str, Any]:
     data = load_study(store)
     by_num = {t.trial: t for t in data.trials}
     t = best_trial(data) if n is None else by_num.get(n)
+    if t is None and n is not None:
+        why = dict(store.unreadable()).get(store.trial_dir(n) / "trial.json")
+        if why is not None:                  # there, but truncated or emptied: not "no such trial"
+            raise RecordError(f"{study}:{n}: {store.trial_dir(n) / 'trial.json'}: not a trial record ({why})")
     if t is None:
-        what = "has no stable trial yet" if n is None else f"has no trial {n}; valid: {sorted(by_num)}"
+        what = "has no stable trial yet" if n is None else f"has no trial {n}; valid: {_spans(sorted(by_num))}"
         raise UsageError(f"{study}: {what}")
     launch = data.launches.get(t.trial, {})
     peak = peak_level(t)
@@ -56,6 +60,17 @@ def trial_side(root: Path, study: str, n: int | None) -> dict[str, Any]:
     return {"label": f"{study}:{t.trial}", "flags": _norm_flags(launch.get("config") or {}),
             "env": _config_env(launch), "patches": list(launch.get("patches") or []),
             "results": results}
+
+
+def _spans(numbers: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8": a 150-trial study's trial numbers in a line one can read."""
+    runs: list[list[int]] = []
+    for k in numbers:
+        if runs and k == runs[-1][1] + 1:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
 
 
 def _config_env(launch: dict[str, Any]) -> dict[str, str]:

@@ -57,11 +57,8 @@ def load_study(store: StudyStore, reference: dict[str, Any] | None = None) -> St
     launches = {}
     for t in trials:
         _merge_level_files(store, t)
-        lp = store.trial_dir(t.trial) / "launch.json"
-        if lp.exists():
-            launches[t.trial] = read_json(lp)
-        elif t.launch is not None:
-            launches[t.trial] = t.launch.to_dict()
+        if (plan := store.launch(t)) is not None:
+            launches[t.trial] = plan
     study = store.read_study()
     ref = reference or _profile_reference(study)
     db = store.dir / "study.db"
@@ -147,11 +144,19 @@ def unfinished(data: StudyData) -> str | None:
 
 def best_trial(data: StudyData) -> TrialResult | None:
     """The study's winner: best.json's trial when written, else the best stable trial that finished ok."""
-    by_num = {t.trial: t for t in data.trials}
-    if best_info(data).get("trial") in by_num:
-        return by_num[best_info(data)["trial"]]
+    by_num, info = {t.trial: t for t in data.trials}, best_info(data)
+    if info.get("trial") in by_num:
+        return by_num[info["trial"]]
     ok = [t for t in rank_trials(data.trials, study_profile(data)) if t.status == "ok"]
-    return ok[0] if ok else None
+    same = [t for t in ok if info.get("params") is not None and t.params == info["params"]]
+    return (same or ok or [None])[0]      # its trial.json unreadable (or on another host): a rerun of its config
+
+
+def _names_winner(data: StudyData, best: TrialResult | None) -> bool:
+    """Does best.json's record describe `best`'s config? Not when its winner's trial.json cannot be read and no
+    rerun of that config can either: then `best` is another config, which best.json's numbers are not."""
+    info = best_info(data)
+    return best is None or best.trial == info.get("trial") or info.get("params") in (None, best.params)
 
 
 def launch_argv(data: StudyData, n: int) -> list[str]:
@@ -198,7 +203,8 @@ def winner_number(data: StudyData) -> dict[str, Any] | None:
     prof, info = study_profile(data), best_info(data)
     base = baseline_trial(data.trials)
     drawn = knobs.drawn(prof, base.params) if prof is not None and base is not None else []
-    if info.get("confirmed_value") is not None and info.get("run_values"):   # even where its trial ran elsewhere
+    if (info.get("confirmed_value") is not None and info.get("run_values")      # even where its trial ran elsewhere
+            and _names_winner(data, best_trial(data))):
         out = _recorded_number(int(info["trial"]), info, unit(prof), base.trial if base is not None else None)
         out = {**out, "baseline_drawn": drawn} if drawn and out.get("gain") else out
         return _with_machines(out, data, base)
@@ -213,7 +219,8 @@ def winner_number(data: StudyData) -> dict[str, Any] | None:
            "values": values, "n": len(values), "min": min(values), "max": max(values), "unit": unit(prof),
            "baseline": base_value, "baseline_trial": base.trial if base is not None else None,
            "gain": value / base_value if base_value else None}
-    out.update(_intervals(runs or [best], base if base_value else None, info.get("ties") or [], prof))
+    ties = info.get("ties") or [] if _names_winner(data, best) else []      # best.json's winner's, not another's
+    out.update(_intervals(runs or [best], base if base_value else None, ties, prof))
     if drawn and out["gain"]:
         out["baseline_drawn"] = drawn
     return _with_machines(out, data, base)

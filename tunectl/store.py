@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tunectl import redact
-from tunectl.errors import UsageError
+from tunectl.errors import TunectlError, UsageError
 from tunectl.models import SCHEMA_VERSION, LaunchPlan, LevelResult, TrialResult
 
 DEFAULT_ROOT = Path("results")
@@ -86,6 +86,25 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
+class RecordError(TunectlError, ValueError):
+    """A study's own record (study.json, best.json) that is not one: emptied, truncated, a bad copy. One line
+    naming the file (exit 1), never a traceback; a ValueError too, so readers that skip a bad file still do."""
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`, or RecordError naming the file and what is wrong with it."""
+    try:
+        obj = read_json(path)
+    except ValueError as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
+    else:
+        if isinstance(obj, dict):
+            return obj
+        why = f"a JSON {type(obj).__name__}, not an object"
+    raise RecordError(f"{path}: not a readable record ({why[:160]}): a truncated or damaged copy? Nothing was "
+                      "changed; restore it (or move it aside: the same `tunectl search` writes it again)")
+
+
 class StudyStore:
     """Files of one study (or sweep) under root/<name>/."""
 
@@ -102,7 +121,7 @@ class StudyStore:
 
     def read_study(self) -> dict[str, Any]:
         p = self.dir / "study.json"
-        return read_json(p) if p.exists() else {}
+        return read_record(p) if p.exists() else {}
 
     def write_trial(self, t: TrialResult) -> None:
         d = t.to_dict()
@@ -145,23 +164,46 @@ class StudyStore:
         return out
 
     def unreadable(self) -> list[tuple[Path, str]]:
-        """The trial records `trials()` leaves out, each with why (a file turned to garbage, a bad copy): the
-        commands name them instead of skipping them without a word."""
+        """The trial records `trials()` leaves out, and the launch records a reader replaces by the copy in
+        trial.json (`launch()`), each with why (a file turned to garbage, a bad copy): the commands name them
+        instead of skipping them without a word."""
         out = []
         for n in self.trial_numbers():
-            try:
-                self.read_trial(n)
-            except UNREADABLE as e:
-                why = str(e).splitlines()[0] if str(e) else type(e).__name__
-                out.append((self.trial_dir(n) / "trial.json", f"{type(e).__name__}: {why}"[:160]))
+            for name, read in (("trial.json", self.read_trial), ("launch.json", self.read_launch)):
+                try:
+                    read(n)
+                except UNREADABLE as e:
+                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    out.append((self.trial_dir(n) / name, f"{type(e).__name__}: {why}"[:160]))
         return out
+
+    def read_launch(self, n: int) -> dict[str, Any] | None:
+        """Trial n's launch.json (LaunchPlan.to_dict()), None when it has none."""
+        p = self.trial_dir(n) / "launch.json"
+        if not p.exists():
+            return None
+        plan = read_json(p)
+        if not isinstance(plan, dict):
+            raise TypeError(f"a JSON {type(plan).__name__}, not an object")
+        return plan
+
+    def launch(self, t: TrialResult) -> dict[str, Any] | None:
+        """The launch of trial `t`: its launch.json, else (none, or one that is not readable: `unreadable` names
+        it) the copy its trial.json keeps."""
+        try:
+            plan = self.read_launch(t.trial)
+        except UNREADABLE:
+            plan = None
+        if plan is None and t.launch is not None:
+            plan = t.launch.to_dict()
+        return plan
 
     def write_best(self, info: dict[str, Any]) -> None:
         write_json(self.dir / "best.json", {"schema": SCHEMA_VERSION, **info})
 
     def read_best(self) -> dict[str, Any] | None:
         p = self.dir / "best.json"
-        return read_json(p) if p.exists() else None
+        return read_record(p) if p.exists() else None
 
 
 RUN_ID = re.compile(r"(?P<study>.+)-t(?P<n>\d+)-[0-9a-f]{8}")
@@ -231,7 +273,7 @@ def list_studies(root: Path | str = DEFAULT_ROOT) -> list[str]:
 
 def study_kind(root: Path | str, name: str) -> str:
     try:
-        return str(read_json(Path(root) / name / "study.json").get("kind", "search"))
+        return str(read_record(Path(root) / name / "study.json").get("kind", "search"))
     except (OSError, ValueError):
         return "search"
 

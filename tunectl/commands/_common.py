@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import os
+import select
 import signal
 import sys
 import threading
@@ -18,9 +19,37 @@ from rich.table import Table
 from tunectl.errors import Terminated, TunectlError
 from tunectl.profile import Profile, default_profile_path, load_profile
 
+
+def _stdout_gone() -> bool:
+    """Is stdout a pipe whose reader has gone (not some other broken pipe: an SSH channel, a socket)?"""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (OSError, ValueError, AttributeError):      # no file descriptor (captured by a test): not a pipe
+        return False
+
+
+def _drop_stdout() -> None:
+    """Whatever is still printed goes nowhere: the reader of the pipe (`| head`) has gone."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """`tunectl trials | head`: the reader closed the pipe. Stop as a Unix tool does on SIGPIPE, quietly, exit
+        141, by the path Ctrl-C takes (servers torn down, results kept); rich's own way was a bare exit 1 that could
+        stop a search in silence. In another thread (a parallel slot's event) the work goes on, unprinted."""
+        self.quiet = True
+        _drop_stdout()
+        if threading.current_thread() is threading.main_thread():
+            raise Terminated(signal.SIGPIPE)
+
+
 # No emoji codes and no markup from data: a study named `study:smile:` or a flag value `[x]` prints as written.
 # Piped or captured, lines are not wrapped at COLUMNS (a script reads them whole); at a terminal they fit it.
-console = Console(stderr=False, emoji=False)
+console = _Console(stderr=False, emoji=False)
 err_console = Console(stderr=True, emoji=False)
 console.soft_wrap, err_console.soft_wrap = not console.is_terminal, not err_console.is_terminal
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,6 +67,8 @@ def one_line_errors(fn: F) -> F:
             sys.exit(e.exit_code)
         except Terminated as e:
             _stop_listening()
+            if e.signum == signal.SIGPIPE:      # nobody reads stdout any more: nothing to say, as `git log | head`
+                sys.exit(128 + e.signum)
             name = signal.Signals(e.signum).name
             err_console.print(f"[yellow]terminated[/yellow] ({name}): results written so far are kept")
             sys.exit(128 + e.signum)
@@ -48,6 +79,9 @@ def one_line_errors(fn: F) -> F:
         except Exception as e:        # the file system's and storage's refusals: one line, never a traceback
             from tunectl.commands._oserrors import one_line
 
+            if isinstance(e, BrokenPipeError) and _stdout_gone():    # print() into a closed pipe: as _Console
+                _drop_stdout()
+                sys.exit(128 + signal.SIGPIPE)
             line = one_line(e)
             if line is None:
                 raise

@@ -159,6 +159,11 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
     done = [cf.side(t) for t in runs]
     todo = plan[len(done):] if done == plan[:len(done)] else _rest(plan, done)
     params = {"winner": winner, "baseline": base}
+    if dry_run and as_json:                   # what the launches would be, as the one document --json promises
+        print(json.dumps({"study": name, "of": of, "against": against, "winner": winner, "baseline": base,
+                          "order": plan, "measured": len(done), "to_run": todo, "dry_run": True},
+                         indent=2, default=str))
+        return None
     if dry_run:
         console.print(f"[bold]winner[/] ({of + ' best' if of else '--set'}): {_flags(winner)}", highlight=False)
         console.print(f"[bold]baseline[/] ({_against_label(against)}): {_flags(base)}", highlight=False)

@@ -18,7 +18,8 @@ from rich.text import Text
 from tunectl.cli import app
 from tunectl.commands._common import RootOpt, StudyOpt, console, err_console, one_line_errors, show_table
 from tunectl.errors import UsageError
-from tunectl.store import DEFAULT_ROOT, StudyStore, atomic_write, default_study, list_studies, study_kind
+from tunectl.store import (DEFAULT_ROOT, RecordError, StudyStore, atomic_write, default_study, list_studies,
+                           study_kind)
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="command | yaml | json")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="where to write")]
@@ -51,8 +52,9 @@ def _on_slurm(study: dict[str, Any]) -> bool:
 def warn_unreadable(store: StudyStore) -> StudyStore:
     """A trial record that cannot be read is named on stderr (and left out), never skipped without a word."""
     for path, why in store.unreadable():
-        err_console.print(f"warning: {path}: not a trial record ({why}); left out", highlight=False, markup=False,
-                          soft_wrap=True)
+        what = ("not a launch record ({}); its trial.json's copy is used" if path.name == "launch.json" else
+                "not a trial record ({}); left out")
+        err_console.print(f"warning: {path}: {what.format(why)}", highlight=False, markup=False, soft_wrap=True)
     return store
 
 
@@ -73,7 +75,13 @@ def studies(root: RootOpt = DEFAULT_ROOT) -> None:
         tab.add_column(col, justify="right" if col in ("trials", "best") else "left", overflow="fold")
     for name in names:
         store = StudyStore(name, root)
-        data = load_study(store)
+        try:
+            data = load_study(store)
+        except RecordError as e:             # one damaged study: named, the others still listed
+            err_console.print(f"warning: {e}", highlight=False, markup=False, soft_wrap=True)
+            tab.add_row(escape(name) + (" (default)" if name == default else ""), study_kind(root, name), "?",
+                        "?", "?", "?")
+            continue
         number = winner_number(data)           # the winner's one number: the study's objective, confirmed
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime((store.dir / "study.json").stat().st_mtime))
         tab.add_row(escape(name) + (" (default)" if name == default else ""), study_kind(root, name),

@@ -281,13 +281,14 @@ def _note_unset_baseline(prof: Any) -> None:
 
 
 def _warn_unreadable(study: str | None, prof: Any, root: Path) -> None:
-    """A resumed study's trial records that cannot be read are named, not skipped without a word."""
+    """A resumed study's trial records that cannot be read are named, not skipped without a word; a study.json that
+    cannot be read is one line before the storage is opened (nothing written)."""
     from tunectl.commands.results import warn_unreadable
     from tunectl.store import StudyStore, check_name
 
     name = (check_name(study, "--study") if study is not None      # --study "": refused, not the default
             else check_name(prof.name, f"{prof.source or prof.name}: name"))
-    warn_unreadable(StudyStore(name, root))
+    warn_unreadable(StudyStore(name, root)).read_study()
 
 
 def _rebuild(prof: Any, name: str, root: Path, storage: str | None) -> None:

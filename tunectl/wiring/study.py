@@ -346,10 +346,10 @@ def _resume(study: optuna.Study, store: StudyStore, fleet: Fleet, hooks: Hooks,
 
 
 def _launch_of(store: StudyStore, n: int) -> dict[str, Any]:
-    p = store.trial_dir(n) / "launch.json"
-    if not p.exists():
-        return {}
-    plan = read_json(p)
+    try:
+        plan = store.launch(store.read_trial(n)) or {}
+    except UNREADABLE:                       # its trial.json too (named by the CLI): best.json without a launch
+        plan = {}
     cfg = store.trial_dir(n) / "config.yaml"
     return {"argv": plan.get("argv"), "exec_argv": plan.get("exec_argv"), "config": plan.get("config"),
             "config_file": str(cfg) if cfg.exists() else None, "env": plan.get("env"),
