@@ -1,5 +1,5 @@
 """Study identity: a study refuses trials of another setup (SGLang version, patches, model, GPUs, engine,
-workload) or another search space with one line naming what changed and the two ways on, exit 2, and leaves no
+workload, bench ladder and client, objective) or another search space with one line naming what changed and the two ways on, exit 2, and leaves no
 trial RUNNING or WAITING behind."""
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def _nothing_left_running(root: Path, name: str) -> None:
     ({"bench__workloads": [{"kind": "random", "input_len": 1024}]}, r"workload kind=random input_len=256 .*"
                                                                      r"-> kind=random input_len=1024"),
     ({"objective__metric": "total_throughput"}, r"metric=output_throughput -> .*metric=total_throughput"),
+    ({"bench__levels": [1, 4, 16]}, r"bench levels=\[.*\] client=builtin .*-> levels=\[1, 4, 16\]"),
+    ({"bench__client": "bench_serving"}, r"bench .*client=builtin .*-> .*client=bench_serving"),
+    ({"objective__slo": {"p99_ttft_ms": 2000.0}}, r"objective mode=throughput slo=\{\} .*-> .*"
+                                                   r"slo=\{'p99_ttft_ms': 2000.0\}"),
 ])
 def test_another_setup_is_refused_with_what_changed_and_the_two_ways_on(tmp_path: Path, over: dict[str, Any],
                                                                        said: str) -> None:
@@ -49,6 +53,19 @@ def test_another_setup_is_refused_with_what_changed_and_the_two_ways_on(tmp_path
     assert e.value.exit_code == 2 and "\n" not in str(e.value)
     assert "--study search-test-" in str(e.value) and "--warm-start search-test" in str(e.value)
     _nothing_left_running(tmp_path, "search-test")
+
+
+def test_a_study_recorded_before_the_ladder_and_objective_were_part_of_it_resumes(tmp_path: Path) -> None:
+    """Fields a study's fingerprint lacks are not compared: a study from an earlier release extends as before."""
+    prof = make_profile(search__finalists=FINALISTS)
+    _run(prof, tmp_path)
+    storage = f"sqlite:///{tmp_path / 'search-test' / 'study.db'}"
+    study = optuna.load_study(study_name="search-test", storage=storage)
+    old = {k: v for k, v in study.user_attrs["tunectl:identity"].items() if k not in ("ladder", "objective")}
+    study.set_user_attr("tunectl:identity", old)
+    assert _run(make_profile(search__finalists=FINALISTS, bench__levels=[1, 4, 16]), tmp_path, trials=4).trials == 4
+    with pytest.raises(UsageError, match=r"bench levels=\[1, 4, 16\]"):     # now recorded: compared from here on
+        _run(prof, tmp_path, trials=5)
 
 
 def test_the_same_setup_resumes_and_a_new_name_starts_fresh(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Study identity: what makes two trials' numbers comparable, and the refusal to mix what is not.
 
 `fingerprint(prof, gpu)` is a plain dict of the SGLang version, the patches with their hashes, the model, the GPU
-model and count, the engine and the workload (with the objective's metric). A study keeps the fingerprint of its
+model and count, the engine, the workload (with the objective's metric), the bench ladder and clients, and
+the objective's mode and SLO. A study keeps the fingerprint of its
 first run (an Optuna study attribute and study.json); a later run whose profile gives another one is refused with
 one line naming what changed and the two ways on: a new study, or a new study warm-started from this one.
 `space_changes(old, new)` does the same for the search space (added or removed choices, knobs, ranges).
@@ -16,7 +17,7 @@ from tunectl.profile import ParamSpec, Profile
 
 ATTR = "tunectl:identity"
 LABELS = {"sglang_version": "SGLang", "patches": "patches", "model": "model", "gpu": "GPU", "gpu_count": "GPUs",
-          "engine": "engine", "workload": "workload"}
+          "engine": "engine", "workload": "workload", "ladder": "bench", "objective": "objective"}
 
 
 def patch_ids(prof: Profile) -> list[str]:
@@ -48,12 +49,32 @@ def workload(prof: Profile) -> list[str]:
     return [*out, f"metric={obj.metric}{weights}", *goodput]
 
 
+def ladder(prof: Profile) -> str:
+    """What a trial's levels are measured at and by: a trial peaking at 16 streams does not rank against one read up
+    to 512, nor the built-in client's readings against bench_serving's. How long or how precisely a level runs is
+    not part of it (more precision reads the same value, closer)."""
+    b = prof.bench
+    out = f"levels={b.levels} client={b.client} backend={b.backend}"
+    if b.rates:
+        out += f" rates={b.rates} burstiness={b.burstiness} max_concurrency={b.max_concurrency}"
+    return out
+
+
+def objective(prof: Profile) -> str:
+    """What a trial's value means beyond its metric (the workload line has that): a throughput study resumed as a
+    tokens-per-joule one, or under another SLO, would rank values computed two ways."""
+    o = prof.objective
+    return (f"mode={o.mode} slo={dict(sorted(o.slo.items()))} attainment={o.slo_attainment} "
+            f"pareto={o.multi_objective}")
+
+
 def fingerprint(prof: Profile, gpu: tuple[str, int], hashes: dict[str, str]) -> dict[str, Any]:
-    """`gpu`: (model, count) as the host (or the stand-in's card) reports it; `hashes`: patch id -> sha256."""
+    """`gpu`: (model, count) as the host (or the stand-in's card) reports it; `hashes`: patch id -> sha256.
+    `ladder` and `objective` came later: a study recorded without them is not compared on them."""
     return {"sglang_version": prof.server.sglang_version,
             "patches": {i: hashes.get(i, "?")[:12] for i in sorted(patch_ids(prof))},
             "model": prof.model.path, "gpu": gpu[0], "gpu_count": gpu[1], "engine": prof.server.engine,
-            "workload": workload(prof)}
+            "workload": workload(prof), "ladder": ladder(prof), "objective": objective(prof)}
 
 
 def _show(key: str, value: Any) -> str:
