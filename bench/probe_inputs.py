@@ -41,6 +41,7 @@ class Case:
     parser: bool = False                  # the option parser's usage block (several lines) is the answer
     unprivileged: bool = False            # run without root's power over read-only folders
     secret: str | None = None             # must not appear in the output
+    results: bool = True                  # the command takes --results (versions does not)
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -134,6 +135,11 @@ CASES = [
     Case("profile: tp-size not a number (virtual)", [*SV, *P], setter("server.flags.tp-size", "eight")),
     Case("profile: unknown flag knob (virtual)", [*SV, *P],
          setter("search.space.no-such-flag", {"type": "bool"})),
+    Case("profile: server.flags.config", [*DRY, *P], setter("server.flags.config", "/tmp/other.yaml")),
+    Case("profile: relative host.workdir", [*DRY, *P], setter("host.workdir", "relative/dir")),
+    Case("profile: host.gpus [-1]", [*DRY, *P], setter("host.gpus", [-1])),
+    Case("profile: host.port 70000", [*DRY, *P], setter("host.port", 70000)),
+    Case("profile: host.min_free_disk_gb nan", [*DRY, *P], setter("host.min_free_disk_gb", float("nan"))),
     # --set
     Case("--set without =", [*DRY, "--set", "max-running-requests"]),
     Case("--set with no name", [*DRY, "--set", "=5"]),
@@ -144,6 +150,7 @@ CASES = [
     Case("--set value not YAML ([1,)", [*DRY, "--set", "context-length=[1,"]),
     Case("--set value not YAML (: :)", [*DRY, "--set", "tp-size=: :"]),
     Case("--set value a YAML tag", [*DRY, "--set", "served-model-name=!!python/object x"]),
+    Case("--set config=FILE (tunectl's own)", [*DRY, "--set", "config=/etc/passwd"]),
     # study names
     Case("--study ../../x (search)", [*SV, "--study", "../../x"]),
     Case("--study with a space", [*SV, "--study", "a b"]),
@@ -188,6 +195,8 @@ CASES = [
     Case("sweep -c 0", ["sweep", "-c", "0"]),
     Case("sweep --request-rate -1", ["sweep", "--request-rate", "-1"]),
     Case("sweep --burstiness 0", ["sweep", "-r", "1", "--burstiness", "0"]),
+    Case("sweep --burstiness nan", [*DRY, "-r", "1", "--burstiness", "nan"]),
+    Case("sweep --slo nan", [*DRY, "--capacity", "--slo", "p99_ttft_ms=nan"]),
     Case("sweep --slo not KEY=MS", ["sweep", "--capacity", "--slo", "foo"]),
     Case("sweep --slo not a number", ["sweep", "--capacity", "--slo", "p99_ttft_ms=abc"]),
     Case("sweep --launches 0", ["sweep", "-c", "1", "--launches", "0"]),
@@ -200,6 +209,10 @@ CASES = [
     Case("export --format xlsx", ["export", "--format", "xlsx"], a_study),
     Case("diff of unknown studies", ["diff", "nope:1", "other"], a_study),
     Case("--warm-start an unknown study", [*SV, "--study", "new", "--warm-start", "nope"]),
+    # versions
+    Case("versions move --to an unknown version", ["versions", "move", "--to", "9.9"], results=False),
+    Case("versions move of a YAML list", ["versions", "move", "--to", "0.5.23", "-p", "bad.yaml"],
+         text("bad.yaml", "- a\n- b\n"), results=False),
 ]
 
 
@@ -222,7 +235,7 @@ def run_case(case: Case, keep: bool) -> tuple[str, int | None, int, bool, str]:
         if prefix is None:
             return "skipped (root without setpriv)", None, 0, False, ""
         argv = [*prefix, *TUNECTL, *case.argv]
-        if "--results" not in case.argv:
+        if case.results and "--results" not in case.argv:
             argv += ["--results", str(tmp / "results")]
         proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=300, check=False,
                               env={**os.environ, "COLUMNS": "120", **case.extra})

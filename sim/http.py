@@ -95,14 +95,32 @@ class Api:
                                  "running or waiting requests, the operation will not be performed.)\n")
 
     # ------------------------------------------------------------------------------------- generation
-    def _make_req(self, request: web.Request, prompt: Any, max_new: int) -> Req:
+    def _make_req(self, request: web.Request, prompt: Any, max_new: Any, ids_only: bool = False) -> Req:
+        """The request, or BadRequest where SGLang refuses it (its validation and TokenizerManager's length
+        checks, messages verbatim): never a 500, and never a request longer than the context that holds the
+        engine for hours."""
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             prompt = prompt[0]
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str) and not ids_only:
             prompt = prompt[0]
-        ids = self.st.tokenize(prompt) if isinstance(prompt, str) else list(prompt or [])
+        if not (_token_ids(prompt) or isinstance(prompt, str) and not ids_only):
+            raise BadRequest(f"the prompt is a string, a list of strings or a list of token ids, not {prompt!r:.80}")
+        if not isinstance(max_new, int) or isinstance(max_new, bool):
+            raise BadRequest(f"max_new_tokens: {max_new!r:.80}: expected an integer")
+        if max_new < 0:
+            raise BadRequest(f"max_new_tokens must be at least 0, got {max_new}.")
+        ids = self.st.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        context = self.st.setup.card.context_len
+        if len(ids) >= context:
+            raise BadRequest(f"The input ({len(ids)} tokens) is longer than the model's context length ({context} "
+                             "tokens).")
+        if len(ids) + max_new >= context:
+            raise BadRequest(f"Requested token count exceeds the model's maximum context length of {context} "
+                             f"tokens. You requested a total of {len(ids) + max_new} tokens: {len(ids)} tokens "
+                             f"from the input messages and {max_new} tokens for the completion. Please reduce the "
+                             "number of tokens in the input messages or the completion to fit within the limit.")
         self.st.check_vocab(ids)
-        return Req(next(_rid), max(1, len(ids)), max(1, int(max_new)), block_keys(ids))
+        return Req(next(_rid), max(1, len(ids)), max(1, max_new), block_keys(ids))
 
     def _unavailable(self) -> web.Response | None:
         if self.st.engine is None or self.st.shutting_down:
@@ -112,10 +130,21 @@ class Api:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         if (bad := self._unavailable()) is not None:
             return bad
-        body = await request.json()
+        body = await _body(request)
+        if isinstance(body, web.Response):
+            return body
         sp = body.get("sampling_params") or {}
-        prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text", "")
-        req = self._make_req(request, prompt, sp.get("max_new_tokens", 128))
+        ids = body.get("input_ids")
+        prompt = ids if ids is not None else body.get("text", "")
+        try:
+            max_new = sp.get("max_new_tokens", 128) if isinstance(sp, dict) else 128
+            req = self._make_req(request, prompt, 128 if max_new is None else max_new, ids is not None)
+        except BadRequest as e:                # SGLang: 400 {"error": ...}; a stream says it in its one event
+            if not body.get("stream"):
+                return web.json_response({"error": {"message": str(e)}}, status=400)
+            resp = await _sse(request)
+            await resp.write(b"data: " + json.dumps({"error": {"message": str(e)}}).encode() + b"\n\ndata: [DONE]\n\n")
+            return resp
         q = self.st.engine.submit(req, _clock(request))
         if not body.get("stream"):
             while not (up := await q.get()).finished:
@@ -140,8 +169,14 @@ class Api:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         if (bad := self._unavailable()) is not None:
             return bad
-        body = await request.json()
-        req = self._make_req(request, body.get("prompt", ""), body.get("max_tokens", 16))
+        body = await _body(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            max_new = body.get("max_tokens", 16)
+            req = self._make_req(request, body.get("prompt", ""), 16 if max_new is None else max_new)
+        except BadRequest as e:
+            return _error_response(str(e), "BadRequest")
         q = self.st.engine.submit(req, _clock(request))
         if not body.get("stream"):
             while not (up := await q.get()).finished:
@@ -169,6 +204,32 @@ class Api:
             out["usage"] = {"prompt_tokens": req.input_len, "completion_tokens": req.output_len,
                             "total_tokens": req.input_len + req.output_len}
         return out
+
+
+def _token_ids(prompt: Any) -> bool:
+    return isinstance(prompt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt)
+
+
+class BadRequest(ValueError):
+    """A request SGLang answers with 400."""
+
+
+def _error_response(message: str, kind: str = "Bad Request") -> web.Response:
+    """SGLang's ErrorResponse body (its handler of request validation errors, and the OpenAI endpoints')."""
+    return web.json_response({"object": "error", "message": message, "type": kind, "param": None, "code": 400},
+                             status=400)
+
+
+async def _body(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object, or SGLang's 400 for a body that is none (FastAPI validates it before the
+    handler runs: an empty body, invalid JSON, a list)."""
+    try:
+        body = await request.json()
+    except ValueError as e:
+        return _error_response(f"JSON decode error: {e}")
+    if not isinstance(body, dict):
+        return _error_response(f"Input should be a valid dictionary, got {type(body).__name__}")
+    return body
 
 
 def _clock(request: web.Request) -> tuple[int, str, int] | None:

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from tunectl.errors import ProfileError
 from tunectl.sim import args as sim_args
 from tunectl.sim import gpus as sim_gpus
 from tunectl.sim.card import load_card
@@ -213,7 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     if ns.sim_sglang_version != "0.5.9":     # real 0.5.17 on stderr before its first log line
         print(f"{ENTRYPOINT_FILE}:56: UserWarning: {ENTRYPOINT_WARNING}\n  Example: sglang serve --model-path "
               "<model> [options]\n  warnings.warn(", file=sys.stderr, flush=True)
-    st = State(ns, argv)
+    try:
+        st = State(ns, argv)
+    except ProfileError as e:                  # --sim-card is the stand-in's own flag: one line, as argparse's
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     if st.setup.refused is not None:           # SGLang's ServerArgs refuses the speculative flags (sim/spec.py)
         print(refusal_text(st.setup.refused, SITE), file=sys.stderr, flush=True)
         sys.exit(1)

@@ -287,3 +287,69 @@ def test_the_virtual_model_refuses_an_sglang_version_the_stand_in_does_not_play(
     line = assert_one_line(invoke("search", "--virtual", "--trials", "1", "-p", str(prof),
                                   "--results", str(tmp_path / "r")), codes=(2,))
     assert "server.sglang_version: '9.9.9'" in line and "0.5.9" in line and "0.5.17" in line, line
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["host"].update(workdir="relative/dir"), "host.workdir: 'relative/dir': an absolute folder"),
+    (lambda d: d["host"].update(workdir=""), "host.workdir: '': an absolute folder"),
+    (lambda d: d["host"].update(port=70000), "host.port: 70000"),
+    (lambda d: d["host"].update(connect_timeout_s=-1), "host.connect_timeout_s: -1"),
+    (lambda d: d["host"].update(min_free_disk_gb=float("nan")), "host.min_free_disk_gb: nan"),
+    (lambda d: d["host"].update(gpus=[0, 0]), "host.gpus: [0, 0]: GPU ids are distinct integers >= 0"),
+    (lambda d: d["host"].update(gpus=[-1]), "host.gpus: [-1]"),
+    (lambda d: d["server"]["flags"].update(config="/tmp/other.yaml"), "server.flags.config: tunectl writes"),
+])
+def test_a_host_field_that_cannot_work_is_one_line_before_check_touches_the_host(tmp_path: Path, edit,
+                                                                               says) -> None:
+    """A relative workdir sent `tunectl check` into an endless loop (the disk probe walked "relative" up to itself);
+    an empty one put trial folders under /; the others passed to fail later, or never (a negative timeout, a
+    free-disk minimum of nan, GPU -1 as CUDA_VISIBLE_DEVICES); `config` put a second --config into the config."""
+    prof = _profile_with(tmp_path, edit)
+    res = subprocess.run([sys.executable, "-m", "tunectl", "check", "-p", str(prof)], capture_output=True,
+                         text=True, timeout=120, check=False)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and says in lines[0], res.stderr + res.stdout
+
+
+def test_free_disk_is_read_for_a_relative_path_too() -> None:
+    """The probe that hung: it walks up to a folder that exists, and a relative path ends at the current one."""
+    import threading
+
+    from tunectl.runners.checks.hostcheck import free_disk_gb
+    from tunectl.runners.hosts.local import LocalRunner
+
+    got: list[float] = []
+    t = threading.Thread(target=lambda: got.append(free_disk_gb(LocalRunner(), "no/such/dir")),
+                         daemon=True)
+    t.start()
+    t.join(30)
+    assert got and got[0] > 0
+
+
+def test_versions_move_of_a_file_that_is_no_profile_is_one_line(tmp_path: Path) -> None:
+    """`versions move -p /etc/passwd` (or a YAML list) was an AttributeError traceback; `--to 9.9` blamed the
+    profile's server.flags.tp-size for a version that does not exist."""
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "text.yaml").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for name in ("list.yaml", "text.yaml"):
+        line = assert_one_line(invoke("versions", "move", "--to", "0.5.23", "-p", str(tmp_path / name)),
+                               codes=(2,))
+        assert str(tmp_path / name) in line and "a profile is a YAML mapping" in line, line
+    line = assert_one_line(invoke("versions", "move", "--to", "9.9"), codes=(2,))
+    assert line.startswith("error: --to 9.9: no bundled --help text") and "0.5.23" in line, line
+
+
+def test_versions_add_never_writes_the_stand_ins_help_over_a_bundled_version(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tunectl versions add` on the embedded default (the stand-in) wrote the stand-in's --help, under the version
+    of whatever sglang package the interpreter had, over the bundled real launch_server-0.5.9.txt."""
+    monkeypatch.setattr("tunectl.sglang.flags.HELP_DIR", tmp_path)
+    monkeypatch.setattr("tunectl.commands.versions.HELP_DIR", tmp_path)
+    line = assert_one_line(invoke("versions", "add"), codes=(2,))
+    assert "server.engine: sim" in line and "--source" in line, line
+    (tmp_path / "src" / "srt").mkdir(parents=True)
+    (tmp_path / "src" / "srt" / "server_args.py").write_text("")
+    line = assert_one_line(invoke("versions", "add", "--source", str(tmp_path / "src"), "--version", "../x"),
+                           codes=(2,))
+    assert "--version '../x'" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]              # nothing written

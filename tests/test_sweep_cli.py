@@ -80,6 +80,11 @@ def test_seeds_config_reports_the_crash_under_load(env):
     (["--concurrency", "64,x"], "--concurrency"),
     (["--study", "../elsewhere"], "names a folder"),
     (["--launches", "0"], "--launches: 0"),
+    (["--request-rate", "1", "--burstiness", "nan"], "--burstiness: nan"),      # was pydantic's traceback
+    (["--request-rate", "1", "--burstiness", "inf"], "--burstiness: inf"),
+    (["--capacity", "--slo", "p99_ttft_ms=nan"], "--slo 'p99_ttft_ms=nan'"),    # was pydantic's traceback
+    (["--capacity", "--slo", "p99_ttft_ms=inf"], "--slo 'p99_ttft_ms=inf'"),    # no limit at all
+    (["--set", "config=/etc/passwd"], "tunectl writes the server's --config file itself"),
 ])
 def test_bad_input_is_one_line_and_starts_nothing(env, args, needle):
     res = sweep(env, *args, timeout=60)
@@ -144,6 +149,16 @@ def test_both_clients_measure_each_level_on_one_launch(env):
     assert 0.25 < ratio < 1.25, ratio
     log = Path(doc["results_dir"], "server.log").read_text()
     assert log.count("The server is fired up and ready to roll!") == 1   # both clients, one launch
+
+
+def test_a_client_named_twice_measures_each_level_once(env):
+    """`--client builtin,builtin` ran every level twice under one name: the second level file overwrote the first
+    in levels/, and the table showed two rows for one level."""
+    res = sweep(env, "--concurrency", "4", "--client", "builtin,builtin", "--study", "dup", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [(lv["workload"], lv["concurrency"]) for lv in doc["levels"]] == [("random@builtin", 4)]
+    assert len(list(Path(doc["results_dir"], "levels").iterdir())) == 1
 
 
 def test_launches_are_fresh_servers_pooled_per_level(env):

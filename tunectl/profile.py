@@ -35,22 +35,38 @@ class HostSpec(Strict):
     kind: Literal["local", "ssh", "slurm"] = "local"
     address: str | None = None            # ssh: a host name or a ~/.ssh/config alias
     user: str | None = None
-    port: int | None = None
+    port: int | None = Field(None, ge=1, le=65535)   # ssh: the sshd's port
     identity_file: str | None = None
     known_hosts: str | None = None        # extra known_hosts file; ~/.ssh/known_hosts is always read
     proxy_jump: str | None = None
     ssh_config: str | None = None         # default ~/.ssh/config
-    connect_timeout_s: float = 15.0
+    connect_timeout_s: float = Field(15.0, gt=0, allow_inf_nan=False)
     workdir: str = "/tmp/tunectl"         # trial directories live under here on the host
     gpus: list[int] | None = None         # the GPUs tunectl may use (CUDA_VISIBLE_DEVICES); a count N = 0..N-1
-    gpu_clean_mib: int = 1024             # a GPU using more than this before launch = dirty host
-    min_free_disk_gb: float = 5.0
+    gpu_clean_mib: int = Field(1024, ge=0)            # a GPU using more than this before launch = dirty host
+    min_free_disk_gb: float = Field(5.0, ge=0, allow_inf_nan=False)
     slurm: SlurmSpec | None = None        # kind slurm: the cluster (docs/slurm.md)
 
     @field_validator("gpus", mode="before")
     @classmethod
     def _count_is_ids(cls, v: Any) -> Any:
         return list(range(v)) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_ids(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or min(v) < 0 or len(set(v)) != len(v)):
+            raise ValueError("GPU ids are distinct integers >= 0 (CUDA_VISIBLE_DEVICES), or a count N >= 1 for "
+                             "0..N-1")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, v: str) -> str:
+        """Every trial folder is `<workdir>/<run>`: a relative one lands wherever the server's shell starts."""
+        if not v.startswith("/") or v.rstrip("/") == "":
+            raise ValueError("an absolute folder on the host other than / (e.g. /tmp/tunectl)")
+        return v
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> HostSpec:
@@ -122,6 +138,9 @@ class ServerSpec(Strict):
             if key in self.flags:
                 raise ValueError(f"server.flags.{key}: put secrets in the environment "
                                  "(server.env: {SGLANG_API_KEY: ${SGLANG_API_KEY}}), not in a profile")
+        if any(k.lstrip("-") == "config" for k in self.flags):
+            raise ValueError("server.flags.config: tunectl writes the server's --config file itself (every flag "
+                             "goes into it); list the flags under server.flags one by one")
         return self
 
 
@@ -256,6 +275,10 @@ class SearchSpec(Strict):
                 if other not in self.space:
                     raise ValueError(f"search.space.{name}.when: {other!r} is not a knob; "
                                      f"valid: {sorted(self.space)}")
+        for name, spec in self.space.items():
+            if (spec.flag or name).lstrip("-") == "config" and spec.patch is None and spec.env is None:
+                raise ValueError(f"search.space.{name}: drives --config, the file tunectl writes itself; a knob "
+                                 "drives one SGLang flag")
         for name in self.space:
             cycle = _when_cycle(self.space, name, [name])
             if cycle:

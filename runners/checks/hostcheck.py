@@ -231,7 +231,7 @@ def port_problems(runner: Runner, ports: list[int]) -> list[str]:
 def free_disk_gb(runner: Runner, path: str) -> float:
     probe = path
     while probe not in ("", "/") and not runner.exists(probe):
-        probe = probe.rsplit("/", 1)[0] or "/"
+        probe = probe.rsplit("/", 1)[0] if "/" in probe else ""      # "a/b" -> "a" -> "": never the same again
     res = runner.run(["df", "-Pk", "--", probe or "/"], timeout=30)
     if not res.ok:
         raise RunnerError(f"{runner.name}: df failed for {probe}", ["df", "-Pk", probe], res.exit_code, res.tail)

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from tests.sim._server import BASELINE, Server
+from tests.sim._server import BASELINE, Server, start
 
 MILESTONES = ["server_args=ServerArgs(", "Init torch distributed begin.", "Load weight begin.", "Load weight end.",
               "KV Cache is allocated.", "Memory pool end.", "Capture cuda graph begin.", "Capture cuda graph end.",
@@ -59,6 +59,53 @@ def test_endpoints(launch) -> None:
     assert "".join(c["choices"][0]["text"] for c in chunks).count("ok") == 12
     assert chunks[-1]["usage"]["completion_tokens"] == 12 and chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert srv.get("/flush_cache")[0] == 200
+
+
+def _raw(srv: Server, path: str, data: bytes) -> tuple[int, dict]:
+    """POST `data` as is: (status, the JSON body)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(srv.url + path, data, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_requests_sglang_refuses_are_400_and_never_hold_the_engine(launch) -> None:
+    """SGLang answers a body that is no JSON object with 400 (its RequestValidationError handler: ErrorResponse),
+    a negative max_new_tokens with SamplingParams.verify's 400, and a request longer than the context with
+    TokenizerManager's 400, messages verbatim. The stand-in answered 500 with a traceback in its log, and took
+    max_new_tokens=10**8: that one request held the engine, and the next one waited behind it for good."""
+    srv: Server = launch(scale=0.001)
+    for body in (b"", b"{bad", b"[]", b'"x"'):
+        code, out = _raw(srv, "/generate", body)
+        assert code == 400 and out["object"] == "error" and out["code"] == 400, (body, out)
+        assert _raw(srv, "/v1/completions", body)[0] == 400
+    code, out = _raw(srv, "/generate", b'{"text": "hi", "sampling_params": {"max_new_tokens": -5}}')
+    assert code == 400 and out["error"]["message"] == "max_new_tokens must be at least 0, got -5."
+    assert _raw(srv, "/v1/completions", b'{"prompt": "hi", "max_tokens": -1}')[0] == 400
+    assert _raw(srv, "/v1/completions", b'{"prompt": 5}')[0] == 400
+    assert _raw(srv, "/generate", b'{"input_ids": ["a"]}')[0] == 400
+    code, out = _raw(srv, "/generate", b'{"text": "hi", "sampling_params": {"max_new_tokens": 100000000}}')
+    assert code == 400 and "exceeds the model's maximum context length of 202752 tokens" in out["error"]["message"]
+    events = _events(srv.post("/generate", {"text": "hi", "stream": True,
+                                            "sampling_params": {"max_new_tokens": 10**8}}))
+    assert "maximum context length" in events[0]["error"]["message"]         # a stream says it in its one event
+    code, out = _raw(srv, "/v1/completions", b'{"prompt": "hi", "max_tokens": 3}')
+    assert code == 200 and out["usage"]["completion_tokens"] == 3        # served at once: nothing held the engine
+    assert "Traceback" not in srv.text() and srv.proc.poll() is None
+
+
+def test_an_unknown_sim_card_by_hand_is_one_line(tmp_path) -> None:
+    """`tunectl sim serve --sim-card nope` was tunectl's ProfileError as a traceback (the profile checks a card's
+    name before tunectl launches; by hand nothing did)."""
+    srv = start(tmp_path, "--sim-card", "nope", wait_ready=False)
+    assert srv.wait_exit() == 2
+    lines = [ln for ln in srv.text().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "sim card not found" in lines[0], lines
 
 
 def test_health_is_503_until_warmed_up(launch) -> None:

@@ -67,7 +67,7 @@ def parse_slo(items: list[str]) -> dict[str, float]:
             value = float(raw)
         except ValueError:
             value = -1.0
-        if key.strip() not in valid or value <= 0:
+        if key.strip() not in valid or not 0 < value < float("inf"):          # nan and inf are no limit
             raise UsageError(f"--slo {item!r}: expected KEY=MS with KEY one of {', '.join(valid)}, e.g. "
                              "p99_ttft_ms=2000")
         out[key.strip()] = value
@@ -79,7 +79,7 @@ def with_load(prof: Profile, burstiness: float | None, max_concurrency: int | No
     """The profile with the command line's open-loop and SLO settings."""
     bench, obj = prof.bench.model_copy(), prof.objective.model_copy()
     if burstiness is not None:
-        if burstiness <= 0:
+        if not 0 < burstiness < float("inf"):                                # nan: a traceback in pydantic
             raise UsageError(f"--burstiness: {burstiness}: expected a positive number (1 = Poisson)")
         bench.burstiness = burstiness
     if max_concurrency is not None:
@@ -159,6 +159,9 @@ def _flag_value(prof: Profile, name: str, raw: str) -> tuple[str, Any]:
         raise UsageError(f"--set {name}: a secret is never given on the command line (it would be stored in "
                          "results/ and shown by --dry-run); put it in the environment: server.env: "
                          "{SGLANG_API_KEY: ${SGLANG_API_KEY}} in the profile, then export SGLANG_API_KEY")
+    if spec is index.get("config"):
+        raise UsageError(f"--set {name}: tunectl writes the server's --config file itself (the profile's flags and "
+                         "every --set go into it); give the flags one by one: --set NAME=VALUE")
     key = next((k for k in prof.server.flags if index.get(k.replace("_", "-")) is spec), spec.name)
     if not spec.takes_value:
         return key, _bool(name, raw)
@@ -202,7 +205,7 @@ def with_clients(prof: Profile, text: str) -> Profile:
     sglang.bench_serving cannot send (jsonl, multi-turn, scenarios) by the others only."""
     from tunectl.workloads import bench_serving_reads
 
-    clients = [c.strip() for c in text.split(",") if c.strip()]
+    clients = list(dict.fromkeys(c.strip() for c in text.split(",") if c.strip()))  # twice: one level file
     bad = [c for c in clients if c not in CLIENTS]
     if bad or not clients:
         raise UsageError(f"--client: {text!r}: valid clients: {', '.join(CLIENTS)} (comma-separated)")

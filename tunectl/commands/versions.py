@@ -3,6 +3,7 @@ a new version's --help and config refusals read from a host (or an unpacked SGLa
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -75,9 +76,19 @@ def move(to: Annotated[str, typer.Option("--to", help="the SGLang version to mov
          = None) -> None:
     """The profile as SGLang TO spells it: flags and knobs renamed, patches not for TO dropped; notes on stderr."""
     from tunectl.wiring.migrate import move_profile
+    from tunectl.yamlmodel import read_yaml
 
-    path = profile or get_profile(None).source
-    data = yaml.safe_load(Path(path).read_text())
+    known = V.bundled_versions()
+    if to not in known:
+        raise UsageError(f"--to {to}: no bundled --help text for SGLang {to}; bundled: {', '.join(known)} "
+                         "(tunectl versions add reads one from a host)")
+    prof = get_profile(profile)            # one line for a file that is no profile (not YAML, a list, bad fields)
+    path = str(prof.source or profile)
+    src = prof.server.sglang_version
+    if src not in known:
+        raise UsageError(f"{path}: server.sglang_version: {src!r}: no bundled --help text to move from; bundled: "
+                         f"{', '.join(known)}")
+    data, _ = read_yaml(path, "profile")
     try:
         moved, notes = move_profile(data, to)
     except V.FlagGone as e:
@@ -112,7 +123,15 @@ def add(profile: ProfileOpt = None,
         texts = {str(p.relative_to(source)): p.read_text() for p in files}
         help_text = None
     else:
-        version, help_text, texts = _from_host(get_profile(profile), version)
+        prof = get_profile(profile)
+        if prof.server.engine == "sim":
+            raise UsageError(f"{prof.source or prof.name}: server.engine: sim: the stand-in's --help is not a "
+                             "real SGLang version's, and the bundled texts are read from real SGLang; give a "
+                             "profile with server.engine: sglang on the host that has the new version, or --source")
+        version, help_text, texts = _from_host(prof, version)
+    if not _VERSION.fullmatch(version):
+        raise UsageError(f"--version {version!r}: a version is letters, digits, '.', '+' and '-' (e.g. 0.5.24, "
+                         "0.5.24rc1): it names the files written beside the bundled ones")
     dests = refused(texts)
     (HELP_DIR / f"launch_server-{version}.config.json").write_text(json.dumps(record(version, dests), indent=1) + "\n")
     if help_text is not None:
@@ -121,6 +140,8 @@ def add(profile: ProfileOpt = None,
                   + (f", {len(bundled_flags(version))} flags" if help_text else "") + f", written to {HELP_DIR}",
                   highlight=False)
 
+
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+-]{0,63}")
 
 _PROBE = """import importlib.metadata as m, importlib.util as u, json, pathlib
 d = pathlib.Path(u.find_spec('sglang').submodule_search_locations[0])
