@@ -7,6 +7,7 @@ Patches in effect come from env TUNECTL_SIM_PATCHES (comma-separated bundled pat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -204,8 +205,21 @@ async def _sigterm(st: State) -> None:
     st.kill_tree()
 
 
+def _set_ulimit(target: int = 65535) -> None:
+    """As SGLang's server does at start (srt/utils set_ulimit): the soft limit of open files raised towards 65,535
+    within the hard limit, so a level of thousands of streams is not refused at a stock limit of 1,024."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _set_ulimit()
     try:
         ns = sim_args.parse(argv)
     except ValueError as e:                      # SGLang raises from its --config merger (exit 1)

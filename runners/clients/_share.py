@@ -250,6 +250,23 @@ class _Share:
                 return
 
 
+def more_open_files(target: int = 65535) -> None:
+    """Each stream holds a socket: a stock soft limit of 1,024 open files fails a level of 1,024 streams with "Too
+    many open files" on the client's side. Raised towards `target` within the hard limit, as sglang.bench_serving
+    does (its set_ulimit) before it sends."""
+    try:
+        import resource
+    except ImportError:                      # not a POSIX host: nothing to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):        # a container that refuses it: the level says what failed
+            pass
+
+
 async def run_share(base_url: str, backend: str, model: str,
                     prompts: Sequence[Prompt] | Callable[[], Prompt | None], concurrency: int,
                     timeout_s: float, should_abort: Callable[[], bool] = lambda: False,
@@ -260,6 +277,7 @@ async def run_share(base_url: str, backend: str, model: str,
     each request (False: stop starting requests, let the ones in flight finish); `on_cycle` gets each Cycle;
     `time_scale`: the stand-in's, to read its clock stamps in the scaled clock's seconds; `streams`: the level's
     concurrency and `level` its id when this share is one of several processes."""
+    more_open_files()
     share = _Share(base_url, backend, model, prompts, concurrency, should_abort, counters, more, on_cycle,
                    time_scale, streams, level, total)
     conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
