@@ -88,6 +88,15 @@ class Engine:
         self.wake.set()
         return q
 
+    def abort(self, rid: int) -> None:
+        """The client of request `rid` went away: the scheduler drops it (sim/sched.py `abort`), nobody waits for
+        its updates."""
+        self.queues.pop(rid, None)
+        self.level_of.pop(rid, None)
+        self.sched.abort(rid)
+        self.metrics.running, self.metrics.queued = len(self.sched.running), len(self.sched.waiting)
+        self.wake.set()
+
     def declare(self, streams: int, level: str, total: int = 0) -> None:
         """A clock-reading client keeps `streams` requests in flight for `level`; 0: that level sends no more.
         `total`: the client is one share (`<group>.<k>`) of a level of `total` streams: until a share of it is

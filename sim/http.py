@@ -4,10 +4,13 @@ carries `sim_clock_ts`: [the request's arrival, this chunk's step] in modeled se
 at the top of an OpenAI chunk), so a client can measure in the server's clock, whatever its own host's load."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -145,19 +148,22 @@ class Api:
             resp = await _sse(request)
             await resp.write(b"data: " + json.dumps({"error": {"message": str(e)}}).encode() + b"\n\ndata: [DONE]\n\n")
             return resp
-        q = self.st.engine.submit(req, _clock(request))
-        if not body.get("stream"):
-            while not (up := await q.get()).finished:
-                pass
-            return web.json_response(self._native(req, req.output_len, True, up.t))
-        resp = await _sse(request)
-        while True:
-            up = await q.get()
-            await resp.write(b"data: " + json.dumps(self._native(req, up.generated, up.finished, up.t)).encode()
-                             + b"\n\n")
-            if up.finished:
-                break
-        await resp.write(b"data: [DONE]\n\n")
+        q, stream, resp = self.st.engine.submit(req, _clock(request)), body.get("stream"), None
+        try:
+            with self._aborted_unless_finished(req):
+                if not stream:
+                    up = await _last(request, q)
+                    return web.json_response(self._native(req, req.output_len, True, up.t))
+                resp = await _sse(request)
+                while True:
+                    up = await q.get()
+                    await resp.write(b"data: " + json.dumps(self._native(req, up.generated, up.finished,
+                                                                         up.t)).encode() + b"\n\n")
+                    if up.finished:
+                        break
+            await resp.write(b"data: [DONE]\n\n")
+        except ConnectionError:
+            return resp if resp is not None else self._hung_up(req, stream)   # a stream's 200 went: as uvicorn logs
         return resp
 
     def _native(self, req: Req, n: int, done: bool, t: float) -> dict[str, Any]:
@@ -177,22 +183,46 @@ class Api:
             req = self._make_req(request, body.get("prompt", ""), 16 if max_new is None else max_new)
         except BadRequest as e:
             return _error_response(str(e), "BadRequest")
-        q = self.st.engine.submit(req, _clock(request))
-        if not body.get("stream"):
-            while not (up := await q.get()).finished:
-                pass
-            return web.json_response(self._oai(req, WORD * req.output_len, "length", True, up.t))
-        resp, sent = await _sse(request), 0
-        while True:
-            up = await q.get()
-            chunk = self._oai(req, WORD * (up.generated - sent), "length" if up.finished else None, up.finished,
-                              up.t)
-            sent = up.generated
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            if up.finished:
-                break
-        await resp.write(b"data: [DONE]\n\n")
+        q, stream, resp = self.st.engine.submit(req, _clock(request)), body.get("stream"), None
+        try:
+            with self._aborted_unless_finished(req):
+                if not stream:
+                    up = await _last(request, q)
+                    return web.json_response(self._oai(req, WORD * req.output_len, "length", True, up.t))
+                resp, sent = await _sse(request), 0
+                while True:
+                    up = await q.get()
+                    chunk = self._oai(req, WORD * (up.generated - sent), "length" if up.finished else None,
+                                      up.finished, up.t)
+                    sent = up.generated
+                    await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    if up.finished:
+                        break
+            await resp.write(b"data: [DONE]\n\n")
+        except ConnectionError:
+            return resp if resp is not None else self._hung_up(req, stream)   # a stream's 200 went: as uvicorn logs
         return resp
+
+    def _hung_up(self, req: Req, stream: bool) -> web.Response:
+        """What SGLang says of a client that went away: nothing for a stream (its background task aborts the
+        request), the tokenizer manager's error line for a non-streaming one (type 1 still queued, type 3
+        running); the 400 it answers reaches nobody."""
+        if not stream:
+            kind = 1 if req.first_token_t is None else 3
+            self.st.log(f"[http_server] Error: Request is disconnected from the client side (type {kind}). Abort "
+                        f"request obj.rid='{req.rid}'")
+        return web.Response(status=400)
+
+    @contextlib.contextmanager
+    def _aborted_unless_finished(self, req: Req) -> Iterator[None]:
+        """A request whose client went away (a write to a closed stream, a non-streaming client that hung up) is
+        aborted, as SGLang's tokenizer manager aborts it: it leaves the queue or the running batch and its KV is
+        freed, instead of decoding for nobody and slowing every request after it."""
+        try:
+            yield
+        finally:
+            if req.finish_t is None:
+                self.st.engine.abort(req.rid)
 
     def _oai(self, req: Req, text: str, finish: str | None, usage: bool, t: float) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -204,6 +234,15 @@ class Api:
             out["usage"] = {"prompt_tokens": req.input_len, "completion_tokens": req.output_len,
                             "total_tokens": req.input_len + req.output_len}
         return out
+
+
+async def _last(request: web.Request, q: asyncio.Queue[Any]) -> Any:
+    """The finishing update of a non-streaming request; ConnectionResetError once its client has gone (checked at
+    each update: aiohttp does not cancel a handler whose client hangs up)."""
+    while not (up := await q.get()).finished:
+        if request.transport is None or request.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+    return up
 
 
 def _token_ids(prompt: Any) -> bool:

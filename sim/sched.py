@@ -99,6 +99,21 @@ class Scheduler:
     def add(self, req: Req) -> None:
         self.waiting.append(req)
 
+    def abort(self, rid: int) -> None:
+        """As SGLang's abort_request: a waiting request leaves the queue (what it had prefilled freed), a running
+        one leaves the batch, its KV and its reserved share freed (its stale finish entry is skipped)."""
+        for r in self.waiting:
+            if r.rid == rid:
+                self.waiting.remove(r)
+                if not r.fresh:                       # admitted: its cached and prefilled tokens are in the pool
+                    self.kv_used -= r.prefilled
+                return
+        r = self.running.pop(rid, None)
+        if r is not None:
+            g = self.generated(r)
+            self.kv_used -= r.input_len + g
+            self.reserved -= r.output_len - g
+
     def generated(self, r: Req) -> int:
         return 0 if r.start_step < 0 else min(r.output_len, 1 + self.counter - r.start_step)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 
@@ -96,6 +97,41 @@ def test_requests_sglang_refuses_are_400_and_never_hold_the_engine(launch) -> No
     assert "maximum context length" in events[0]["error"]["message"]         # a stream says it in its one event
     code, out = _raw(srv, "/v1/completions", b'{"prompt": "hi", "max_tokens": 3}')
     assert code == 200 and out["usage"]["completion_tokens"] == 3        # served at once: nothing held the engine
+    assert "Traceback" not in srv.text() and srv.proc.poll() is None
+
+
+def _running(srv: Server) -> float:
+    text = srv.get("/metrics")[1]
+    return float(next(ln.split()[-1] for ln in text.splitlines() if ln.startswith("sglang:num_running_reqs")))
+
+
+def _hang_up_after(srv: Server, body: dict, first: bytes) -> None:
+    """Send `body`, read until `first` arrives (nothing: the headers are not even sent yet), hang up."""
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                 + str(len(data)).encode() + b"\r\n\r\n" + data)
+    got = b""
+    while first and first not in got:
+        got += sock.recv(4096)
+    time.sleep(0.3)
+    sock.close()
+
+
+def test_a_client_that_hangs_up_has_its_request_aborted(launch) -> None:
+    """SGLang aborts a request whose client went away (its KV freed at the next step); the stand-in decoded it to
+    the end for nobody, 100,000 tokens holding a slot of the batch long after its level was over."""
+    srv: Server = launch("--enable-metrics", scale=0.01)
+    long = {"text": "hi", "sampling_params": {"max_new_tokens": 100_000}}
+    for body, first in ((long, b""), ({**long, "stream": True}, b"data: ")):
+        _hang_up_after(srv, body, first)
+        deadline = time.monotonic() + 10
+        while _running(srv) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _running(srv) == 0, (body, srv.text()[-1500:])
+    assert "Request is disconnected from the client side (type 3). Abort request" in srv.text()   # as SGLang
+    code, out = _raw(srv, "/v1/completions", b'{"prompt": "hi", "max_tokens": 3}')
+    assert code == 200 and out["usage"]["completion_tokens"] == 3 and _running(srv) == 0
     assert "Traceback" not in srv.text() and srv.proc.poll() is None
 
 
