@@ -166,6 +166,7 @@ CASES = [
     Case("--storage unreachable PostgreSQL", [*SV, "--study", "s", "--storage",
                                               "postgresql://u:hunter2@127.0.0.1:1/db"], secret="hunter2"),
     Case("--storage SQLite in a missing folder", [*SV, "--study", "s", "--storage", "sqlite:////nonexistent/d/x.db"]),
+    Case("--storage empty (an unset variable)", [*SV, "--study", "s", "--storage", ""], codes=(2,)),
     Case("--storage SQLite in memory", [*SV, "--study", "s", "--storage", "sqlite:///:memory:"]),
     Case("--storage SQLite without a file", [*SV, "--study", "s", "--storage", "sqlite://relative.db"]),
     Case("--storage SQLite naming a folder", [*SV, "--study", "s", "--storage", "sqlite:////tmp"]),
