@@ -246,13 +246,13 @@ def _search(fleet: Fleet, prof: Profile, trials: int | None, name: str, store: S
     seed = prof.search.seed if seed is None else seed
     n_trials = trials or prof.search.trials
     fp = identity.of_profile(*fleet.first())
+    recorded = store.read_study()        # a damaged study.json: one line before the storage is opened or written
     lock_dir = store.dir / "locks"
     with storage_errors(url):
         host_locks = fleet.claim(url, lock_dir, name)
     try:
         memory_of = store.dir / "study.db" if in_memory and not storage_url else None
         with _open_study(prof, url, store, seed, heartbeat_s, memory_of) as study:
-            recorded = store.read_study()
             done = sum(t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL
                        for t in study.get_trials(deepcopy=False))
             if identity.guard(study, recorded, prof, fp, done):
