@@ -286,6 +286,9 @@ def main() -> None:
     ap.add_argument("--client", default=None, help="--landscape: whose readings to replay (default: builtin)")
     ap.add_argument("--readings", default="launches", choices=("launches", "none"), help="--landscape: readings "
                     "drawn from the measured launches (launches) or each level's mean, no noise (none)")
+    ap.add_argument("--slo", action="append", default=None, metavar="KEY=MS", help="--landscape: the objective "
+                    "under this SLO on the table's latencies (p99_ttft_ms, median_ttft_ms, median_tpot_ms; their "
+                    "means over a config's launches decide its true value)")
     ap.add_argument("--truth", action="store_true", help="noise on, finalists raced: the declared winner's true "
                     "value against the card's best, and the winner's curse (bench/winner_truth.py)")
     ap.add_argument("--noise-launch", type=float, default=None, metavar="SD", help="--truth: every card's "

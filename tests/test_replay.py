@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tunectl.errors import UsageError
 from tunectl.wiring import landscape
 from tunectl.wiring.replay import Replay, ReplayEvaluator, Unmeasured, replay_profile
 
@@ -120,3 +121,36 @@ def test_the_search_loop_runs_on_the_replay(land: dict, tmp_path: Path) -> None:
         assert (t.user_attrs.get("crash_signature") is not None) == (cfg["outcome"] == "crash")
         if cfg["outcome"] == "crash":
             assert t.user_attrs["crash_signature"] == cfg["crash"]["signature"]
+
+
+def _by_hand(replay: Replay, c: dict, key: str, limit: float) -> float:
+    """A config's value under `key <= limit`: the best level whose latency, averaged over the launches, holds."""
+    out = 0.0
+    for level, summary in c["levels"][replay.client].items():
+        seen = [launch["levels"][replay.client][level][key] for launch in c["launches"]
+                if launch["levels"].get(replay.client, {}).get(level, {}).get(key) is not None]
+        if seen and sum(seen) / len(seen) <= limit:
+            out = max(out, summary["mean"])
+    return out
+
+
+@pytest.mark.parametrize("key", ["median_tpot_ms", "p99_ttft_ms"])
+def test_true_value_under_an_slo_is_the_best_level_that_meets_it(land: dict, key: str) -> None:
+    """Judged under an SLO (`bench/search_efficiency.py --landscape ... --slo KEY=MS`), a config is worth its best
+    level whose latency (the mean over its launches) holds, as a study with `objective.slo` scores it; a limit in
+    the middle of the table's latencies moves some configs' values and none up."""
+    replay = Replay(land)
+    ok = [c for c in land["configs"] if c["outcome"] == "ok"]
+    seen = sorted(launch["levels"][replay.client][lv][key] for c in ok for launch in c["launches"]
+                  for lv in launch["levels"].get(replay.client, {})
+                  if launch["levels"][replay.client][lv].get(key) is not None)
+    limit = seen[len(seen) // 2]
+    prof = replay_profile(land)
+    prof.objective = prof.objective.model_copy(update={"slo": {key: limit}})
+    values = {c["id"]: replay.true_value(c["set"], prof) for c in ok}
+    assert values == {c["id"]: pytest.approx(_by_hand(replay, c, key, limit)) for c in ok}
+    assert all(values[c["id"]] <= replay.true_value(c["set"]) for c in ok)
+    assert any(values[c["id"]] < replay.true_value(c["set"]) for c in ok)
+    assert replay.best(prof)[0] == max(values.values())
+    with pytest.raises(UsageError, match="p99_tpot_ms"):
+        replay.check_slo({"p99_tpot_ms": 50.0})

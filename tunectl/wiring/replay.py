@@ -18,9 +18,11 @@ from typing import Any
 from tunectl.wiring import landscape as land_mod
 from tunectl.errors import UsageError
 from tunectl.models import CrashInfo, LevelResult, TrialResult
+from tunectl.objective import score
 from tunectl.profile import Profile, load_profile
 
 NOISE = ("launches", "none")
+LATENCIES = ("p99_ttft_ms", "median_ttft_ms", "median_tpot_ms")      # what a landscape's levels record
 
 
 class Unmeasured(UsageError):
@@ -56,19 +58,44 @@ class Replay:
         best = min(self.by_key.values(), key=lambda c: len(diff(c)))
         return f"; nearest measured: {best['id']} ({', '.join(diff(best))})"
 
-    def true_value(self, params: dict[str, Any]) -> float:
-        """The table's value of a config: its best level's mean over launches for this client (0 for a crash)."""
+    def true_value(self, params: dict[str, Any], prof: Profile | None = None) -> float:
+        """The table's value of a config: its best level's mean over launches for this client (0 for a crash); with
+        a profile whose objective has an SLO, the best level whose latencies (their means over the launches) meet
+        it, scored as the search scores a trial (0 where no level does)."""
         cfg = self.lookup(params)
         if cfg["outcome"] == "crash":
             return 0.0
-        return max((s["mean"] for s in cfg["levels"].get(self.client, {}).values()), default=0.0)
+        if prof is None or not prof.objective.slo:
+            return max((s["mean"] for s in cfg["levels"].get(self.client, {}).values()), default=0.0)
+        got = score(TrialResult(trial=0, status="ok", levels=self.mean_levels(cfg, prof)), prof)
+        return got.value if got.slo <= 0 else 0.0
 
-    def best(self) -> tuple[float, dict[str, Any]]:
+    def mean_levels(self, cfg: dict[str, Any], prof: Profile) -> list[LevelResult]:
+        """A config's levels as their means over its launches: the throughput and every latency the table holds."""
+        label, out = prof.bench.workloads[0].label, []
+        for level, summary in sorted(cfg["levels"].get(self.client, {}).items(), key=lambda kv: int(kv[0])):
+            recs = [launch["levels"].get(self.client, {}).get(level) or {} for launch in self.candidates(cfg)]
+            metrics = {"output_throughput": float(summary["mean"])}
+            for key in LATENCIES:
+                seen = [float(r[key]) for r in recs if r.get(key) is not None]
+                if seen:
+                    metrics[key] = sum(seen) / len(seen)
+            out.append(LevelResult(int(level), "ok", label, metrics=metrics))
+        return out
+
+    def check_slo(self, slo: dict[str, float]) -> None:
+        """An SLO on a latency the table did not record could never hold: one line naming the ones it has."""
+        missing = [k for k in slo if k not in LATENCIES]
+        if missing:
+            raise UsageError(f"landscape {self.land['name']}: its levels record {', '.join(LATENCIES)}, not "
+                             f"{', '.join(missing)}: an SLO on them cannot be judged")
+
+    def best(self, prof: Profile | None = None) -> tuple[float, dict[str, Any]]:
         ok = [c for c in self.by_key.values() if c["outcome"] == "ok"]
         if not ok:
             return 0.0, {}
-        top = max(ok, key=lambda c: self.true_value(c["set"]))
-        return self.true_value(top["set"]), top["set"]
+        top = max(ok, key=lambda c: self.true_value(c["set"], prof))
+        return self.true_value(top["set"], prof), top["set"]
 
     def candidates(self, cfg: dict[str, Any]) -> list[dict[str, Any]]:
         """The launches a reading is drawn from: judged ones, and an infra launch that served every level."""
@@ -148,7 +175,7 @@ class ReplayEvaluator:
 
 
 def _level(rec: dict[str, Any], label: str) -> LevelResult:
-    metrics = {k: float(rec[k]) for k in ("p99_ttft_ms", "median_ttft_ms", "median_tpot_ms") if rec.get(k) is not None}
+    metrics = {k: float(rec[k]) for k in LATENCIES if rec.get(k) is not None}
     if rec["value"] is not None:
         metrics["output_throughput"] = float(rec["value"])
     return LevelResult(int(rec["concurrency"]), rec["status"] if rec["status"] in ("ok", "crashed") else "failed",
