@@ -39,7 +39,7 @@ def test_bad_storage_urls_are_one_line(tmp_path: Path) -> None:
         closed = s.getsockname()[1]                       # nothing listens here once the socket is closed
     cases = {f"postgresql://u:pw@127.0.0.1:{closed}/db": (1, "cannot connect"), "notaurl": (2, "not a database URL"),
              "bogus://x": (2, "cannot open this kind of database"),
-             f"sqlite:///{tmp_path}/no/such/dir/x.db": (1, "cannot connect")}
+             f"sqlite:///{tmp_path}/no/such/dir/x.db": (2, "no/such/dir does not exist; create it first")}
     for url, (code, said) in cases.items():
         res = subprocess.run([sys.executable, "-m", "tunectl", "search", "--virtual", "--trials", "2", "--study", "s",
                               "--storage", url, "--results", str(tmp_path / "r")], capture_output=True, text=True,
