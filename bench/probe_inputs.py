@@ -160,6 +160,8 @@ CASES = [
     Case("--study empty", [*SV, "--study", ""]),
     Case("--study unknown (trials)", ["trials", "--study", "nope"], a_study),
     Case("--study 300 characters (report)", ["report", "--study", LONG]),
+    Case("--set tp-size=0 (a type SGLang takes, a size it cannot run)", ["sweep", "--dry-run", "-c", "1", "--set",
+                                                                     "tp-size=0"], codes=(2,)),
     # storage URLs
     Case("--storage not a URL", [*SV, "--study", "s", "--storage", "bogus"]),
     Case("--storage unknown scheme", [*SV, "--study", "s", "--storage", "nosuchdb://u:p@h/db"]),

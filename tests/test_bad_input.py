@@ -249,6 +249,29 @@ def test_a_number_flag_given_a_word_is_refused_before_launch(tmp_path: Path) -> 
         assert line.startswith(f"error: --set {flag}: {word!r} is not a"), line
 
 
+@pytest.mark.parametrize("flag, value, says", [
+    ("tp-size", "0", "0 is out of range: --tensor-parallel-size takes a number >= 1"),
+    ("port", "70000", "70000 is out of range: --port takes a number >= 1 and <= 65535"),
+    ("watchdog-timeout", "0", "0 is out of range: --watchdog-timeout takes a number > 0"),
+    ("watchdog-timeout", "nan", "nan is not a finite number"),
+    ("stream-interval", "-1", "-1 is out of range: --stream-interval takes a number >= 1"),
+])
+def test_a_number_flag_sglang_cannot_run_with_is_refused_before_launch(tmp_path: Path, flag: str, value: str,
+                                                                       says: str) -> None:
+    """`--set tp-size=0` (or nan, or a port past 65,535) passed argparse's type and went to a launch that could
+    only crash at startup; the same check refuses it in a profile, in `--set` and in `check`."""
+    from tunectl.profile import load_profile
+    from tunectl.runners.checks.flagcheck import problems
+    from tunectl.sglang.flags import bundled_flags
+
+    line = assert_one_line(invoke("sweep", "--dry-run", "-c", "1", "--set", f"{flag}={value}",
+                                  "--results", str(tmp_path / "r")), codes=(2,))
+    assert line.startswith(f"error: --set {flag}: ") and says in line, line
+    prof = load_profile(_profile_with(tmp_path, lambda d: d["server"]["flags"].update({flag: value})))
+    bad = problems(prof, bundled_flags("0.5.9"), "SGLang 0.5.9")
+    assert len(bad) == 1 and f"server.flags.{flag}: " in bad[0] and says in bad[0], bad
+
+
 @pytest.mark.parametrize("edit, says", [
     (lambda d: d.setdefault("objective", {}).update(slo={"p99_ttft_ms": -5}), "objective.slo:"),
     (lambda d: d["bench"].update(levels=[True, 4]), "bench.levels.0"),

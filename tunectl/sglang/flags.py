@@ -26,6 +26,19 @@ TYPES: dict[str, Any] = {
     "tp-size": int, "dp-size": int, "pp-size": int, "ep-size": int, "context-length": int,
 }
 
+# Values a number flag's type takes but SGLang cannot run with: each launch with one is a crash at startup (or a
+# server that serves nothing). (low, high, low inclusive); a flag absent here is bounded by its type alone.
+AT_LEAST_ONE = (1, None, True)
+RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "tensor-parallel-size": AT_LEAST_ONE, "tp-size": AT_LEAST_ONE, "data-parallel-size": AT_LEAST_ONE,
+    "dp-size": AT_LEAST_ONE, "pipeline-parallel-size": AT_LEAST_ONE, "pp-size": AT_LEAST_ONE,
+    "expert-parallel-size": AT_LEAST_ONE, "ep-size": AT_LEAST_ONE, "max-running-requests": AT_LEAST_ONE,
+    "cuda-graph-max-bs": AT_LEAST_ONE, "cuda-graph-max-bs-decode": AT_LEAST_ONE,
+    "cuda-graph-max-bs-prefill": AT_LEAST_ONE, "stream-interval": AT_LEAST_ONE, "context-length": AT_LEAST_ONE,
+    "max-prefill-tokens": AT_LEAST_ONE, "max-total-tokens": AT_LEAST_ONE, "port": (1, 65535, True),
+    "mem-fraction-static": (0, 1, False), "watchdog-timeout": (0, None, False),
+}
+
 
 @dataclass
 class FlagSpec:
@@ -109,17 +122,31 @@ def parse_help(text: str) -> dict[str, FlagSpec]:
 
 def type_problem(spec: FlagSpec, value: Any) -> str | None:
     """Why SGLang's parser would refuse `value` for this flag's number type (TYPES, by any of its names), as it
-    reads the value's text (`int("8")`, `float("0.88")`); None where it takes it or the flag is not typed."""
+    reads the value's text (`int("8")`, `float("0.88")`), or why SGLang could not run with the number (RANGES: a
+    tp-size of 0, a port past 65,535, nan); None where it takes it or the flag is not typed."""
     kind = next((TYPES[n] for n in (spec.name, *(a.lstrip("-") for a in spec.aliases)) if n in TYPES), None)
     if kind is None:
         return None
     try:
         if not isinstance(value, bool):
-            kind(str(value))
-            return None
+            number = kind(str(value))
+            return _out_of_range(spec, number)
     except ValueError:
         pass
     return f"{value!r} is not {'a whole number' if kind is int else 'a number'}: --{spec.name} takes one"
+
+
+def _out_of_range(spec: FlagSpec, number: float) -> str | None:
+    """Why SGLang could not run with this number (RANGES, by any of the flag's names; nan and inf never)."""
+    if number != number or number in (float("inf"), float("-inf")):
+        return f"{number!r} is not a finite number: --{spec.name} takes one"
+    low, high, low_in = next((RANGES[n] for n in (spec.name, *(a.lstrip("-") for a in spec.aliases))
+                              if n in RANGES), (None, None, True))
+    if (low is not None and (number < low or (number == low and not low_in))) or (high is not None and number > high):
+        lo = "" if low is None else f"{'>=' if low_in else '>'} {low:g}"
+        hi = "" if high is None else f"<= {high:g}"
+        return f"{number:g} is out of range: --{spec.name} takes a number {' and '.join(x for x in (lo, hi) if x)}"
+    return None
 
 
 def bundled_flags(version: str) -> dict[str, FlagSpec]:
