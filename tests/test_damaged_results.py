@@ -68,6 +68,13 @@ def test_studies_names_a_damaged_study_and_lists_the_others(root: Path) -> None:
     assert set(rows) == {STUDY, "other"} and "?" in rows[STUDY] and "?" not in rows["other"]
 
 
+def test_studies_names_a_trial_record_its_count_leaves_out(root: Path) -> None:
+    (root / STUDY / "trials" / "1" / "trial.json").write_text("{")
+    res = invoke("studies", "--results", str(root))
+    assert res.exit_code == 0
+    assert f"warning: {root / STUDY / 'trials' / '1' / 'trial.json'}: not a trial record" in res.stderr, res.stderr
+
+
 def test_a_damaged_launch_record_is_named_and_its_trial_records_copy_used(root: Path) -> None:
     """The winner's launch.json emptied: every reader and the resumed search's closing summary raised a traceback
     (the search after running all its trials: no best.json written)."""

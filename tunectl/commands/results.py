@@ -74,7 +74,7 @@ def studies(root: RootOpt = DEFAULT_ROOT) -> None:
     for col in ("study", "kind", "SGLang", "trials", "best", "updated"):
         tab.add_column(col, justify="right" if col in ("trials", "best") else "left", overflow="fold")
     for name in names:
-        store = StudyStore(name, root)
+        store = warn_unreadable(StudyStore(name, root))      # its trial count leaves them out: say which
         try:
             data = load_study(store)
         except RecordError as e:             # one damaged study: named, the others still listed
