@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.helpers.ports import free_port
-from tunectl.profile import default_profile_path
+from tests.helpers.profiles import fast_default
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFT = 256
@@ -25,11 +23,7 @@ def _low_soft_limit() -> None:
 
 @pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 4 * SOFT, reason="the hard limit is too low")
 def test_a_level_of_more_streams_than_the_soft_limit_runs_every_request(tmp_path: Path) -> None:
-    data = yaml.safe_load(default_profile_path().read_text())
-    data["server"]["port"] = free_port()
-    data["host"] = {"kind": "local", "workdir": str(tmp_path / "host")}
-    profile = tmp_path / "p.yaml"
-    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    profile, _ = fast_default(tmp_path, time_scale=None)
     res = subprocess.run([sys.executable, "-m", "tunectl", "sweep", "-p", str(profile), "-c", str(2 * SOFT),
                           "--study", "u", "--results", str(tmp_path / "r")], cwd=ROOT, capture_output=True,
                          text=True, timeout=300, check=False, preexec_fn=_low_soft_limit)
