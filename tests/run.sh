@@ -15,6 +15,7 @@ if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ ${#sudo[@]} -gt 0 
   command -v ps >/dev/null || need+=(procps)
   command -v curl >/dev/null || need+=(curl)
   command -v patch >/dev/null || need+=(patch)
+  command -v ip >/dev/null || need+=(iproute2)
   command -v chromium >/dev/null || need+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch >/dev/null \

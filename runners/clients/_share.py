@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import re
 import time
@@ -34,6 +35,20 @@ _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _CLOCK = re.compile(rb'"sim_clock_ts"\s*:\s*\[\s*([-0-9.eE+]+)\s*,\s*([-0-9.eE+]+)\s*\]')
 MAX_ERRORS = 5
 CLOCK_HEADER = "X-Sim-Clock"    # to the stand-in: "streams=N; level=ID" (N = 0: this level sends no more)
+# A connection that failed on the client's side: the client host ran out of something, the server was never asked
+CLIENT_LIMITS = {errno.EADDRNOTAVAIL: "no free local port (each stream holds one; see net.ipv4.ip_local_port_range)",
+                 errno.EMFILE: "too many open files (the process's limit, ulimit -n)",
+                 errno.ENFILE: "too many open files (the host's limit, fs.file-max)",
+                 errno.ENOBUFS: "no socket buffer space"}
+
+
+def connect_failure(e: aiohttp.ClientConnectorError) -> str:
+    """A request's error when its connection failed: a refused connection (the server is gone), or a limit of the
+    client's own host (too many streams for one client host), said as such: the server was never reached."""
+    what = CLIENT_LIMITS.get(getattr(getattr(e, "os_error", None), "errno", None))
+    if what is None:
+        return f"connection refused: {e}"
+    return f"client host limit: {what}: {e}; the server was not reached: fewer streams per client host"
 
 
 @dataclass
@@ -218,7 +233,7 @@ class _Share:
                 await _one(session, self.base, self.backend, self.model, p, rec, self.counters, stream,
                            self.headers)
             except aiohttp.ClientConnectorError as e:
-                rec.error = f"connection refused: {e}"
+                rec.error = connect_failure(e)
                 self.res.server_gone = True
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 rec.error = f"{type(e).__name__}: {e}"[:300]

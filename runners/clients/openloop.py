@@ -33,7 +33,7 @@ import numpy as np
 
 from tunectl.goodput import arrival_times
 from tunectl.profile import WorkloadSpec
-from tunectl.runners.clients._share import MAX_ERRORS, _one
+from tunectl.runners.clients._share import MAX_ERRORS, _one, connect_failure
 from tunectl.runners.clients.base import Abort, LevelMetrics, OpenLoad, Progress, Target
 from tunectl.runners.clients.builtin import LAG_BOUND_MS, _abort_fn
 from tunectl.runners.clients.metrics import ReqRecord, compute_metrics, slo_metrics
@@ -147,7 +147,7 @@ async def _request(session: aiohttp.ClientSession, target: Conn, p: Prompt, rec:
     try:
         await _one(session, target.base_url.rstrip("/"), target.backend, target.model, p, rec, counters)
     except aiohttp.ClientConnectorError as e:
-        rec.error, run.server_gone = f"connection refused: {e}", True
+        rec.error, run.server_gone = connect_failure(e), True
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
         rec.error = f"{type(e).__name__}: {e}"[:300]
 
