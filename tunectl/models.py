@@ -157,6 +157,11 @@ def ladder_steps(raw: Any) -> list[LadderStep]:
     return [LadderStep.from_attr(x) for x in raw] if isinstance(raw, list) else []
 
 
+def http_url(host: str, port: int) -> str:
+    """http://host:port, an IPv6 address in brackets."""
+    return f"http://{'[' + host + ']' if ':' in host and not host.startswith('[') else host}:{port}"
+
+
 @dataclass
 class LaunchPlan:
     """Everything needed to reproduce a launch by hand."""
@@ -171,6 +176,18 @@ class LaunchPlan:
     run_id: str = ""
     trial_dir: str = ""                   # on the GPU host
     params: dict[str, Any] = field(default_factory=dict)  # the search-space values that produced this plan
+
+    @property
+    def reach_host(self) -> str:
+        """Where a client on the server's host reaches it: its bind address, or loopback when that is every
+        interface (`--host 0.0.0.0`: connecting to a wildcard address works on Linux only, and past a proxy whose
+        no_proxy names loopback only)."""
+        return {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+
+    @property
+    def url(self) -> str:
+        """The server's base URL on its own host."""
+        return http_url(self.reach_host, self.port)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

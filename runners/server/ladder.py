@@ -136,7 +136,7 @@ def _witness(server: Server, wit: Witness, lv: LevelResult, w: WorkloadSpec, bui
 def target(server: Server) -> Target:
     """The server under test as a client sees it (its slice of the profile and the launch)."""
     prof, plan = server.prof, server.plan
-    return Target(base_url=server.base_url, host_url=f"http://{plan.host}:{plan.port}", runner=server.runner,
+    return Target(base_url=server.base_url, host_url=plan.url, runner=server.runner,
                   python=prof.server.python, out_dir=plan.trial_dir, backend=prof.bench.backend,
                   model=prof.model.served_name or prof.model.path, tokenizer=engine(prof).tokenizer(prof),
                   time_scale=time_scale(prof), request_timeout_s=prof.bench.request_timeout_s,

@@ -29,7 +29,7 @@ from typing import Any
 from tunectl.sglang.crashes.classifier import LogWatcher
 from tunectl.engines import engine
 from tunectl.errors import HostDirtyError
-from tunectl.models import CrashInfo, LaunchPlan
+from tunectl.models import CrashInfo, LaunchPlan, http_url
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import ProcHandle, Runner
 from tunectl.runners.server.compiling import TIMEOUT_COMPILE, CompileWait, describe
@@ -120,8 +120,8 @@ class Server:
 
     @property
     def base_url(self) -> str:
-        host, port = self.runner.endpoint(self.plan.host, self.plan.port)
-        return f"http://{host}:{port}"
+        host, port = self.runner.endpoint(self.plan.reach_host, self.plan.port)
+        return http_url(host, port)
 
     def pump(self) -> None:
         """Read what the log gained since the last call and feed the watcher."""

@@ -165,7 +165,7 @@ def power_sampler(server: Server) -> Sampler:
     if nvml is not None:
         return Sampler(nvml, "nvml")
     smi = eng.smi(server.plan.exec_argv[0] if server.plan.exec_argv else "python3",
-                  f"http://{server.plan.host}:{server.plan.port}")
+                  server.plan.url)
     return Sampler(smi_reader(server.runner, smi, gpus), "nvidia-smi" if eng.uses_gpus else "stand-in")
 
 

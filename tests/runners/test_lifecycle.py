@@ -88,6 +88,19 @@ def test_ready_needs_the_log_line_and_health(tmp_path, started):
     assert srv.watcher.facts["max_running_requests"] == 64
 
 
+def test_a_server_on_every_interface_is_reached_on_loopback(tmp_path, started):
+    """`server.host: 0.0.0.0` (or `--set host=0.0.0.0`): SGLang listens everywhere, and tunectl's clients, readiness
+    probe and SSH forward reach it on 127.0.0.1, not on the wildcard (which only Linux connects to, and which a
+    proxy whose no_proxy names loopback would take)."""
+    srv = started(sim_profile(tmp_path, **{"server.host": "0.0.0.0"}))
+    assert lifecycle.wait_ready(srv).ready
+    assert srv.base_url == f"http://127.0.0.1:{srv.plan.port}" and lifecycle.health_ok(srv.base_url)
+    assert f"Uvicorn running on http://0.0.0.0:{srv.plan.port}" in Path(srv.handle.log_path).read_text()
+    assert (srv.plan.host, srv.plan.url) == ("0.0.0.0", f"http://127.0.0.1:{srv.plan.port}")   # launch.json as run
+    v6 = server.build_plan(sim_profile(tmp_path, **{"server.host": "::"}), {}, "rid-6", "/w/rid-6")
+    assert v6.url == f"http://[::1]:{v6.port}"
+
+
 def test_teardown_leaves_nothing_of_the_run(tmp_path, started):
     srv = started(sim_profile(tmp_path))
     assert lifecycle.wait_ready(srv).ready
