@@ -3,6 +3,7 @@ environment): the environment a config needs without tunectl's per-run bookkeepi
 SGLang command it stands for."""
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -19,21 +20,43 @@ def user_env(launch: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in (launch.get("env") or {}).items() if k not in _RUN_ENV and str(v) != ""}
 
 
-def _words(env: dict[str, str]) -> list[str]:
-    return [f"{k}=\"${{{k}}}\"" if v == redact.MARK else f"{k}={shlex.quote(v)}" for k, v in env.items()]
+_REF = re.compile(r"\$\{(\w+)\}")
+
+
+def _template(text: str) -> str:
+    """A profile's `${NAME}` text as one shell word that expands the references and nothing else: the literal parts
+    single-quoted, each reference double-quoted (`${HOME}/hf` -> `"${HOME}"/hf`)."""
+    parts, at = [], 0
+    for m in _REF.finditer(text):
+        parts += [shlex.quote(text[at:m.start()])] if m.start() > at else []
+        parts.append(f'"${{{m.group(1)}}}"')
+        at = m.end()
+    return "".join(parts + ([shlex.quote(text[at:])] if at < len(text) else [])) or "''"
+
+
+def _words(env: dict[str, str], refs: dict[str, str] | None = None) -> list[str]:
+    """NAME=value words; a value the profile read from the caller's environment as the profile wrote it (its
+    references expanded where the command is pasted), a redacted one as a reference to the same name."""
+    refs = refs or {}
+    return [f"{k}={_template(refs[k])}" if k in refs else f"{k}=\"${{{k}}}\"" if v == redact.MARK
+            else f"{k}={shlex.quote(v)}" for k, v in env.items()]
+
+
+def _comment(text: str) -> str:
+    """A `#` line that stays one: a value's newline (quoted, it spans lines) starts the next line with `# ` too, so
+    pasting the block never runs what followed it."""
+    return text.replace("\n", "\n# ")
 
 
 def sglang_argv(argv: list[str]) -> list[str]:
     """A stand-in launch as the SGLang command it models, for a GPU host: `python3 -m sglang.launch_server` and the
     same flags, the stand-in's own `--sim-*` options left out (each takes a value)."""
     i = argv.index(STAND_IN_MODULE) + 1 if STAND_IN_MODULE in argv else len(argv)
-    flags, rest = [], argv[i:]
-    while rest:
-        a, rest = rest[0], rest[1:]
-        if a.startswith("--sim-"):
-            rest = rest if "=" in a else rest[1:]
-            continue
-        flags.append(a)
+    flags = argv[i:]
+    # The stand-in's options close the argv, each `--sim-NAME VALUE` (tunectl.engines): taken off the end, so a
+    # flag's value that reads `--sim-...` stays (no SGLang flag is named --sim-*, no stand-in value starts with --).
+    while len(flags) >= 2 and flags[-2].startswith("--sim-") and not flags[-1].startswith("--"):
+        flags = flags[:-2]
     return ["python3", "-m", "sglang.launch_server", *flags]
 
 
@@ -45,16 +68,17 @@ def reproduce(launch: dict[str, Any]) -> dict[str, Any]:
     reference to the caller's environment."""
     argv = list(launch.get("argv") or [])
     env = user_env(launch)
+    refs = launch.get("secret_env") if isinstance(launch.get("secret_env"), dict) else {}
     patches = list(launch.get("patches") or [])
     lines = []
     if patches:
         lines.append(f"# needs the SGLang patches {', '.join(patches)}: tunectl applies them on the host "
                      "(patch -p1 inside the installed sglang/ package; files in tunectl's sglang_patches/)")
     if argv and STAND_IN_MODULE in argv:
-        lines.append("# measured on the SGLang stand-in (tunectl.sim); the stand-in itself, on this machine: "
-                     + " ".join([*_words(env), shlex.join(argv)]))
+        lines.append(_comment("# measured on the SGLang stand-in (tunectl.sim); the stand-in itself, on this machine: "
+                              + " ".join([*_words(env, refs), shlex.join(argv)])))
         host_env = {k: v for k, v in env.items() if k not in STAND_IN_ENV}
-        lines.append(" ".join([*_words(host_env), shlex.join(sglang_argv(argv))]))
+        lines.append(" ".join([*_words(host_env, refs), shlex.join(sglang_argv(argv))]))
     elif argv:
-        lines.append(" ".join([*_words(env), shlex.join(argv)]))
+        lines.append(" ".join([*_words(env, refs), shlex.join(argv)]))
     return {"argv": argv, "env": env, "patches": patches, "command": "\n".join(lines)}

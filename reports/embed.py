@@ -61,8 +61,9 @@ def _round(v: Any) -> Any:
 
 
 def _script_json(obj: Any) -> str:
-    """JSON safe inside a <script> element: "</" never closes it."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
+    """JSON safe inside a <script> element: no "<" at all (JSON.parse reads "\\u003c"), so neither "</script>" nor
+    "<!--" then "<script" (which keeps the element open past its end tag) can come from data."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
 
 
 @functools.lru_cache(maxsize=1)

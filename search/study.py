@@ -40,7 +40,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 HEARTBEAT_S = 10
 RETRY_KEEP = ("role", "finalist_of", "rerun", "infra_tries", "flaky_tries", "proposed_by", "repair_of",
-              "repair_for", "unset")
+              "repair_for", "unset", "gain_baseline")   # gain_baseline: a baseline relaunch stays outside the budget
 
 
 def default_storage_url(study_dir: Path) -> str:

@@ -176,6 +176,9 @@ class LaunchPlan:
     run_id: str = ""
     trial_dir: str = ""                   # on the GPU host
     params: dict[str, Any] = field(default_factory=dict)  # the search-space values that produced this plan
+    # env read from the caller's (`${NAME}` in server.env): name -> the profile's own text, stored and shown in
+    # place of the value it expanded to, whatever the name (the value may be a secret; the text is the profile's)
+    secret_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def reach_host(self) -> str:

@@ -6,6 +6,7 @@ Precedence: model defaults, then the YAML file, then CLI overrides (`--set`). A 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -14,11 +15,15 @@ from pydantic import Field, PrivateAttr, StrictInt, field_validator, model_valid
 
 from tunectl.energy import Cost
 from tunectl.objective import Capacity, Objective, Reference
-from tunectl.redact import SECRET_FLAGS
+from tunectl.redact import secret_flag
 from tunectl.sglang import scopes
 from tunectl.slurmspec import SlurmSpec
 from tunectl.workloads import WorkloadSpec, bench_serving_reads, check_files
 from tunectl.yamlmodel import Strict, load_model
+
+# an environment variable's name (POSIX): it is written unquoted before the launch command and in the host's env file
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME_RULE = "letters, digits and '_', not starting with a digit"
 
 __all__ = ["Capacity", "Objective", "Profile", "Reference", "WorkloadSpec", "load_profile"]
 
@@ -134,10 +139,12 @@ class ServerSpec(Strict):
 
     @model_validator(mode="after")
     def _no_secrets_in_flags(self) -> ServerSpec:
-        for key in SECRET_FLAGS:
-            if key in self.flags:
-                raise ValueError(f"server.flags.{key}: put secrets in the environment "
-                                 "(server.env: {SGLANG_API_KEY: ${SGLANG_API_KEY}}), not in a profile")
+        for key in self.env:
+            if not ENV_NAME.fullmatch(key):
+                raise ValueError(f"server.env: {key!r} is not an environment variable's name ({ENV_NAME_RULE})")
+        for key in filter(secret_flag, self.flags):
+            raise ValueError(f"server.flags.{key}: put secrets in the environment "
+                             "(server.env: {SGLANG_API_KEY: ${SGLANG_API_KEY}}), not in a profile")
         if any(k.lstrip("-") == "config" for k in self.flags):
             raise ValueError("server.flags.config: tunectl writes the server's --config file itself (every flag "
                              "goes into it); list the flags under server.flags one by one")
@@ -174,6 +181,8 @@ class ParamSpec(Strict):
     def _check(self) -> ParamSpec:
         if sum(x is not None for x in (self.flag, self.patch, self.env)) > 1:
             raise ValueError("a knob targets one of flag, patch or env, not several")
+        if self.env is not None and not ENV_NAME.fullmatch(self.env):
+            raise ValueError(f"env: {self.env!r} is not an environment variable's name ({ENV_NAME_RULE})")
         if self.patch is not None and self.type != "bool":
             raise ValueError("a patch knob must have type 'bool'")
         if self.type == "categorical" and not self.choices:
@@ -279,6 +288,10 @@ class SearchSpec(Strict):
             if (spec.flag or name).lstrip("-") == "config" and spec.patch is None and spec.env is None:
                 raise ValueError(f"search.space.{name}: drives --config, the file tunectl writes itself; a knob "
                                  "drives one SGLang flag")
+            if secret_flag(spec.flag or name) and spec.patch is None and spec.env is None:
+                raise ValueError(f"search.space.{name}: drives --{(spec.flag or name).lstrip('-')}, a secret: its "
+                                 "values would be stored in results/; put it in the environment (server.env: "
+                                 "{SGLANG_API_KEY: ${SGLANG_API_KEY}}), not in a search space")
         for name in self.space:
             cycle = _when_cycle(self.space, name, [name])
             if cycle:

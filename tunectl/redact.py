@@ -1,14 +1,18 @@
 """Secrets out of everything tunectl writes or shows: one home for what counts as a secret and how it is hidden.
 
-- `env(mapping)`: values of variables whose name says secret (`*API_KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`).
+- `env(mapping, also)`: values of variables whose name says secret (`*API_KEY*`, `*TOKEN*`, `*SECRET*`,
+  `*PASSWORD*`), and of those named in `also` (a launch's `secret_env`: read from the caller's environment).
 - `text(text)`: the API keys SGLang prints in clear (`server_args=...api_key='...'`, `--api-key X` in a command).
-- `url(url)`: the password of a storage URL (`postgresql://user:secret@host/db` -> `user:***@host/db`).
+- `url(url)`: the password of a storage URL (`postgresql://user:secret@host/db` -> `user:***@host/db`), also as a
+  query parameter (`?password=secret` -> `?password=***`).
 - `profile(prof)`: the profile as stored in results, its `server.env` redacted.
-- `SECRET_FLAGS`: SGLang flags that carry a secret (a profile must not set them; the environment does).
+- `SECRET_FLAGS`, `secret_flag(name)`: SGLang flags that carry a secret (a profile must not set them, as a base flag
+  or a knob, however spelled: `--api-key`, `api_key`; the environment does).
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,10 +23,21 @@ SECRET_FLAGS = ("api-key", "api_key", "admin-api-key")
 _SECRET_KEYS = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
 _LOG_SECRET = re.compile(r"((?:api_key|admin_api_key)\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
 _ARGV_SECRET = re.compile(r"(--(?:admin-)?api-key[= ])(\S+)")
+_URL_QUERY_SECRET = re.compile(r"([?&][^=&]*(?:password|passwd|secret|token)[^=&]*=)[^&]*", re.I)
 
 
-def env(mapping: dict[str, str]) -> dict[str, str]:
-    return {k: (MARK if _SECRET_KEYS.search(k) else v) for k, v in mapping.items()}
+def secret_flag(name: str) -> bool:
+    return name.lstrip("-").replace("_", "-") in {f.replace("_", "-") for f in SECRET_FLAGS}
+
+
+def secret_name(name: str) -> bool:
+    """An environment variable whose name says it holds a secret."""
+    return bool(_SECRET_KEYS.search(name))
+
+
+def env(mapping: dict[str, str], also: Iterable[str] = ()) -> dict[str, str]:
+    hide = set(also)
+    return {k: (MARK if _SECRET_KEYS.search(k) or k in hide else v) for k, v in mapping.items()}
 
 
 def text(s: str) -> str:
@@ -31,8 +46,9 @@ def text(s: str) -> str:
 
 def url(u: str) -> str:
     head, sep, tail = u.partition("://")
+    tail = _URL_QUERY_SECRET.sub(r"\1***", tail)        # libpq's ?password=... (and sslpassword) in the query
     if "@" not in tail or ":" not in tail.split("@", 1)[0]:
-        return u
+        return f"{head}{sep}{tail}"
     cred, rest = tail.split("@", 1)
     return f"{head}{sep}{cred.split(':', 1)[0]}:***@{rest}"
 

@@ -126,12 +126,12 @@ class StudyStore:
     def write_trial(self, t: TrialResult) -> None:
         d = t.to_dict()
         if d.get("launch"):
-            d["launch"]["env"] = redact.env(d["launch"]["env"])
+            d["launch"]["env"] = redact.env(d["launch"]["env"], d["launch"].get("secret_env", ()))
         write_json(self.trial_dir(t.trial) / "trial.json", d)
 
     def write_launch(self, n: int, plan: LaunchPlan, config_yaml: str) -> None:
         d = plan.to_dict()
-        d["env"] = redact.env(plan.env)
+        d["env"] = redact.env(plan.env, plan.secret_env)
         write_json(self.trial_dir(n) / "launch.json", d)
         atomic_write(self.trial_dir(n) / "config.yaml", config_yaml)
 
@@ -218,6 +218,29 @@ def running(store: StudyStore) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def searching(store: StudyStore, alone: bool) -> Iterator[None]:
+    """Held (a flock on results/<study>/locks/searching.lock) by each search on the study: shared by the workers
+    that write its storage as they go (one per host or GPU slot), exclusive by one that holds the study in memory
+    and replaces study.db at its end (--virtual), under which another worker's trials would be lost and its
+    trial folders written over. Taken at once or refused with one line, never waited for."""
+    path = store.dir / "locks" / "searching.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if alone else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"study {store.name!r} has another search running on {store.dir} now"
+                + (": this --virtual search holds the study in memory and replaces study.db at its end, so it "
+                   "runs alone" if alone else ", a --virtual one that replaces study.db at its end")
+                + f"; wait for it to end, or give this one another --study") from None
         yield
     finally:
         os.close(fd)

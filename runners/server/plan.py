@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tunectl import knobs
+from tunectl import knobs, redact
 from tunectl.engines import engine
 from tunectl.sglang.flags import bundled_flags, config_refused, config_to_argv
 from tunectl.models import LaunchPlan
@@ -64,6 +64,17 @@ def expand_env(value: str) -> str:
     return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
 
 
+def env_refs(env: dict[str, Any]) -> dict[str, str]:
+    """The profile's env values that read the caller's environment (`${NAME}`), as the profile wrote them: what is
+    stored and shown in place of what they expanded to (maybe a secret). A secret-named one with literal text
+    beside its references (a secret written into the profile) as a reference to its own name only."""
+    out = {}
+    for k, v in env.items():
+        if _ENV_REF.search(str(v)):
+            out[k] = str(v) if not redact.secret_name(k) or not _ENV_REF.sub("", str(v)) else f"${{{k}}}"
+    return out
+
+
 def server_env(prof: Profile, run_id: str, trial_dir: str, patches: list[str],
                knob_env: dict[str, str]) -> dict[str, str]:
     env = {k: expand_env(str(v)) for k, v in prof.server.env.items()}
@@ -90,7 +101,8 @@ def build_plan(prof: Profile, params: dict[str, Any], run_id: str, trial_dir: st
     return LaunchPlan(argv=argv, config=config, env=server_env(prof, run_id, trial_dir, patches, part.env),
                       exec_argv=exec_argv, patches=patches, port=int(config.get("port", prof.server.port)),
                       host=str(config.get("host", prof.server.host)), run_id=run_id, trial_dir=trial_dir,
-                      params=dict(params))
+                      params=dict(params),
+                      secret_env=env_refs(prof.server.env))
 
 
 def config_yaml(plan: LaunchPlan) -> str:

@@ -1,10 +1,11 @@
 """Study identity: what makes two trials' numbers comparable, and the refusal to mix what is not.
 
 `fingerprint(prof, gpu)` is a plain dict of the SGLang version, the patches with their hashes, the model, the GPU
-model and count, the engine, the workload (with the objective's metric), the bench ladder and clients, and
-the objective's mode and SLO. A study keeps the fingerprint of its
-first run (an Optuna study attribute and study.json); a later run whose profile gives another one is refused with
-one line naming what changed and the two ways on: a new study, or a new study warm-started from this one.
+model and count, the engine, the workload (with the objective's metric), the bench ladder and clients,
+the objective's mode and SLO, and the profile's base flags (`server.flags`: every trial launches with them). A
+study keeps the fingerprint of its first run (an Optuna study attribute and study.json); a later run whose profile
+gives another one is refused with one line naming what changed and the two ways on: a new study, or a new study
+warm-started from this one.
 `space_changes(old, new)` does the same for the search space (added or removed choices, knobs, ranges).
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ from tunectl.profile import ParamSpec, Profile
 
 ATTR = "tunectl:identity"
 LABELS = {"sglang_version": "SGLang", "patches": "patches", "model": "model", "gpu": "GPU", "gpu_count": "GPUs",
-          "engine": "engine", "workload": "workload", "ladder": "bench", "objective": "objective"}
+          "engine": "engine", "workload": "workload", "ladder": "bench", "objective": "objective",
+          "flags": "base flags"}
 
 
 def patch_ids(prof: Profile) -> list[str]:
@@ -70,11 +72,12 @@ def objective(prof: Profile) -> str:
 
 def fingerprint(prof: Profile, gpu: tuple[str, int], hashes: dict[str, str]) -> dict[str, Any]:
     """`gpu`: (model, count) as the host (or the stand-in's card) reports it; `hashes`: patch id -> sha256.
-    `ladder` and `objective` came later: a study recorded without them is not compared on them."""
+    `ladder`, `objective` and `flags` came later: a study recorded without them is not compared on them."""
     return {"sglang_version": prof.server.sglang_version,
             "patches": {i: hashes.get(i, "?")[:12] for i in sorted(patch_ids(prof))},
             "model": prof.model.path, "gpu": gpu[0], "gpu_count": gpu[1], "engine": prof.server.engine,
-            "workload": workload(prof), "ladder": ladder(prof), "objective": objective(prof)}
+            "workload": workload(prof), "ladder": ladder(prof), "objective": objective(prof),
+            "flags": {k: prof.server.flags[k] for k in sorted(prof.server.flags)}}
 
 
 def _show(key: str, value: Any) -> str:
@@ -82,13 +85,25 @@ def _show(key: str, value: Any) -> str:
         return ", ".join(f"{i}@{h[:8]}" for i, h in value.items()) or "none"
     if key == "workload":
         return "; ".join(value)
+    if key == "flags":
+        return " ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+def _changed_flags(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Only the base flags that differ, each side's value or '(unset)'."""
+    keys = [k for k in sorted({*old, *new}) if old.get(k, ...) != new.get(k, ...)]
+    return {k: old.get(k, "(unset)") for k in keys}, {k: new.get(k, "(unset)") for k in keys}
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """'SGLang 0.5.9 -> 0.5.17' for each field that differs (fields one side lacks are not compared)."""
-    return [f"{LABELS.get(k, k)} {_show(k, old[k])} -> {_show(k, new[k])}"
-            for k in LABELS if k in old and k in new and old[k] != new[k]]
+    out = []
+    for k in LABELS:
+        if k in old and k in new and old[k] != new[k]:
+            a, b = _changed_flags(old[k], new[k]) if k == "flags" else (old[k], new[k])
+            out.append(f"{LABELS[k]} {_show(k, a)} -> {_show(k, b)}")
+    return out
 
 
 def ways_on(study: str, suffix: str) -> str:

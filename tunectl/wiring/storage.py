@@ -29,7 +29,7 @@ def storage_url_for(url: str) -> str:
     shown = redact.url(url)
     try:
         parsed = make_url(url)
-    except sqlalchemy.exc.ArgumentError:
+    except (sqlalchemy.exc.ArgumentError, ValueError):     # ValueError: a port that is not a number
         raise UsageError(f"--storage {shown!r}: not a database URL; e.g. sqlite:///results/s/study.db or "
                          "postgresql://user:password@host:5432/db") from None
     if parsed.drivername.split("+")[0] == "sqlite":

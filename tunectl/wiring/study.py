@@ -41,7 +41,7 @@ from tunectl.search.study import (
 )
 from tunectl.wiring.storage import held_in_memory, storage_errors, storage_url_for
 from tunectl.wiring.slots import hosts_of
-from tunectl.store import DEFAULT_ROOT, UNREADABLE, StudyStore, check_name, read_json, running
+from tunectl.store import DEFAULT_ROOT, UNREADABLE, StudyStore, check_name, read_json, running, searching
 
 Event = Callable[[str, dict[str, Any]], None]
 HOST_CHECKS = tuple(step.__name__.strip("_") for step in STEPS)
@@ -231,7 +231,9 @@ def _run_search(prof: Profile, trials: int | None, study_name: str | None, stora
         if evaluate is None:                     # the profile's own mistakes: before a study (or its folder) exists
             for host_prof, runner in fleet.hosts():
                 preflight(host_prof, runner, on_event, CONFIG_CHECKS)
-        with running(store):                   # `tunectl check` asks it: this study's servers are not leftovers
+        # running: `tunectl check` asks it (this study's servers are not leftovers); searching: a study held in
+        # memory (--virtual) runs alone
+        with running(store), searching(store, alone=in_memory and storage_url is None):
             return _search(fleet, prof, trials, name, store, ws, storage_url, seed, evaluate, heartbeat_s,
                            in_memory, started)
     finally:
