@@ -169,6 +169,13 @@ def _knob(name: str, **values):
      "search.try_first[0].max-running-requests: 'lots' is not one of the choices"),
     (lambda d: d["search"].update(seed=-1), "search.seed"),
     (lambda d: d["bench"].update(workloads=[]), "bench.workloads"),
+    # a knob with no default starts trial 0 at its base flag: one its choices or range must hold
+    (lambda d: (d["server"]["flags"].update({"max-running-requests": 64}), d["search"]["space"].update(
+        {"max-running-requests": {"type": "categorical", "choices": [128, 256]}})),
+     "search.space.max-running-requests: the baseline takes server.flags.max-running-requests = 64, which is not "
+     "one of the choices [128, 256]"),
+    (lambda d: (d["server"]["flags"].update({"max-running-requests": "lots"}), d["search"]["space"].update(
+        {"max-running-requests": {"type": "int", "low": 64, "high": 512}})), "= 'lots', which is not a whole number"),
 ])
 def test_a_knob_value_the_space_cannot_take_is_one_line_before_anything_runs(tmp_path: Path, edit, says) -> None:
     """Each of these passed the profile's check and then ended in an Optuna traceback at the first trial that

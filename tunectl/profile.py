@@ -415,6 +415,33 @@ class Profile(Strict):
         return data
 
     @model_validator(mode="after")
+    def _base_values_in_the_space(self) -> Profile:
+        """A knob with no `default:` starts the baseline (trial 0) at its base flag or env value: one its own
+        choices or range must hold, or trial 0 could not be told to the study."""
+        from tunectl import knobs
+
+        for name, spec in self.search.space.items():
+            t = knobs.target(name, spec)
+            if spec.default is not None or t.kind == "patch":
+                continue
+            where = f"server.env.{t.name}" if t.kind == "env" else next(
+                (f"server.flags.{k}" for k in self.server.flags
+                 if k.lstrip("-") in (t.name, t.name.replace("-", "_"), t.name.replace("_", "-"))), None)
+            if where is None or (t.kind == "env" and t.name not in self.server.env):
+                continue
+            raw = self.server.env[t.name] if t.kind == "env" else self.server.flags[where.split(".", 2)[2]]
+            try:
+                value = knobs.base_value(name, spec, self)
+            except (TypeError, ValueError):          # a number knob's flag that is not a number
+                value = raw
+            why = spec.refuses(value)
+            if why:
+                raise ValueError(f"search.space.{name}: the baseline takes {where} = {raw!r}, which "
+                                 f"{why.removeprefix(repr(value) + ' ')}; add it to the knob, or give the knob a "
+                                 "default: for trial 0")
+        return self
+
+    @model_validator(mode="after")
     def _implied_conditions(self) -> Profile:
         scopes.apply(self)
         return self
