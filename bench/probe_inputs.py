@@ -140,6 +140,13 @@ CASES = [
     Case("profile: host.gpus [-1]", [*DRY, *P], setter("host.gpus", [-1])),
     Case("profile: host.port 70000", [*DRY, *P], setter("host.port", 70000)),
     Case("profile: host.min_free_disk_gb nan", [*DRY, *P], setter("host.min_free_disk_gb", float("nan"))),
+    Case("profile: knob's base flag not among its choices", [*SV, *P], lambda t: profile(t, lambda d: (
+        d["server"]["flags"].update({"max-running-requests": 64}),
+        d["search"]["space"].update({"max-running-requests": {"type": "categorical", "choices": [128, 256]}})))),
+    Case("profile: server.env name with a space", [*DRY, *P], setter("server.env", {"A B": "x"})),
+    Case("profile: api-key as a knob", [*SV, *P], setter("search.space.api-key", {"type": "categorical",
+                                                                                  "choices": ["k1", "k2"]})),
+    Case("profile: --api-key in server.flags", [*DRY, *P], setter("server.flags", {"--api-key": "abc"})),
     # --set
     Case("--set without =", [*DRY, "--set", "max-running-requests"]),
     Case("--set with no name", [*DRY, "--set", "=5"]),

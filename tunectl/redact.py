@@ -1,7 +1,8 @@
 """Secrets out of everything tunectl writes or shows: one home for what counts as a secret and how it is hidden.
 
 - `env(mapping, also)`: values of variables whose name says secret (`*API_KEY*`, `*TOKEN*`, `*SECRET*`,
-  `*PASSWORD*`), and of those named in `also` (a launch's `secret_env`: read from the caller's environment).
+  `*PASSWORD*`), and of those named in `also` (a launch's `secret_env`: read from the caller's environment, shown
+  as the profile wrote them).
 - `text(text)`: the API keys SGLang prints in clear (`server_args=...api_key='...'`, `--api-key X` in a command).
 - `url(url)`: the password of a storage URL (`postgresql://user:secret@host/db` -> `user:***@host/db`), also as a
   query parameter (`?password=secret` -> `?password=***`).
@@ -35,9 +36,11 @@ def secret_name(name: str) -> bool:
     return bool(_SECRET_KEYS.search(name))
 
 
-def env(mapping: dict[str, str], also: Iterable[str] = ()) -> dict[str, str]:
-    hide = set(also)
-    return {k: (MARK if _SECRET_KEYS.search(k) or k in hide else v) for k, v in mapping.items()}
+def env(mapping: dict[str, str], also: Iterable[str] | dict[str, str] = ()) -> dict[str, str]:
+    """`also`: names to hide whatever they are called; a dict gives each the text to show in its place (the
+    profile's own `${NAME}` reference, never what it expanded to)."""
+    shown = dict(also) if isinstance(also, dict) else dict.fromkeys(also, MARK)
+    return {k: shown[k] if k in shown else MARK if _SECRET_KEYS.search(k) else v for k, v in mapping.items()}
 
 
 def text(s: str) -> str:

@@ -112,7 +112,7 @@ def validation_error(file: str, exc: ValidationError, data: Any, root: yaml.Node
     value = _value_at(data, loc)
     problem = _problem(err)
     inner = re.match(r"([\w.-]+(?:\[\d+\])?(?:\.[\w-]+)*): (.*)", problem, re.S)
-    if inner and inner.group(1).startswith(f"{field}."):     # a section's check names the exact field: point there
+    if inner and (not loc or inner.group(1).startswith(f"{field}.")):   # a section's check names the field: there
         loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", inner.group(1)) if p)
         field, problem, value = inner.group(1), inner.group(2), None      # the check's message says the value
     if err["type"] in ("extra_forbidden", "missing"):

@@ -139,6 +139,7 @@ _DIED = re.compile(r"Connection refused|Connect call failed|ClientConnectorError
 _EXC = re.compile(r"^[\w.]+(?:Error|Exception|Exit)\b: ")
 
 
+_NO_SGLANG = re.compile(r"No module named '?sglang\b")
 _EMBEDDED_EXC = re.compile(r"\\n([\w.]+(?:Error|Exception)\b: [^\\']{0,200})")
 
 
@@ -156,6 +157,11 @@ def interpret(exit_code: int, stdout: str, result_file_text: str | None,
     if exit_code == 0 and not metrics:
         metrics = parse_stdout(stdout)
     if exit_code != 0 or not metrics:
+        if not metrics and _NO_SGLANG.search(stdout):
+            return BenchServingOutcome("error", {}, 0, num_prompts, _evidence(stdout),
+                                       f"bench_serving exit {exit_code}: the server's Python has no SGLang client "
+                                       "(sglang.bench_serving: install SGLang into server.python, or use "
+                                       "--client builtin)")
         died = bool(_DIED.search(stdout))
         status = "server_died" if died else "error"
         msg = (f"bench_serving exit {exit_code}: the server went away mid-run" if died

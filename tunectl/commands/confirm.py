@@ -144,8 +144,9 @@ def run_confirm(prof: Profile, winner: dict[str, Any], of: str | None, base: dic
     if same_launch(prof, winner, base):
         raise UsageError(f"{of or '--set'}: the config to confirm launches as {_against_label(against)} does "
                          f"({_flags(winner)}): nothing to compare")
+    given = name
     name = name or (f"{of}-confirm" if of else time.strftime("confirm-%Y%m%d-%H%M%S"))
-    check_name(name)
+    check_name(name, "--name" if given else "--study")
     out = StudyStore(name, root)
     info = {"kind": "confirm", "of": of, "winner": winner, "against": against, "baseline": base,
             "launches": launches}

@@ -294,11 +294,11 @@ def sweep(concurrency: str | None = typer.Option(None, "--concurrency", "-c",
         prof = with_clients(prof, client)
     if launches < 1:
         raise UsageError(f"--launches: {launches}: expected 1 or more fresh launches")
+    if study is not None:
+        check_name(study)                 # one rule for every command, a dry run's too
     if dry_run:
         _dry_run(prof, params, as_json)
         return
-    if study is not None:
-        check_name(study)
     name = study or time.strftime("sweep-%Y%m%d-%H%M%S")
     results: list[TrialResult] = []
     for i in range(launches):
