@@ -10,20 +10,7 @@ from pathlib import Path
 
 import pytest
 
-
-def in_process(cwd: Path, *args: str) -> tuple[int, str]:
-    """The CLI in this process: exit code and stderr."""
-    from typer.testing import CliRunner
-
-    from tunectl.cli import app
-
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        res = CliRunner().invoke(app, list(args))
-    finally:
-        os.chdir(here)
-    return res.exit_code, res.stderr
+from tests.test_names_and_secrets import in_process
 
 
 @pytest.mark.parametrize("name", ["a/b", "../escaped", "with space"])
