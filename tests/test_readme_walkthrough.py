@@ -3,7 +3,6 @@ to the one study-name rule, a confirm's `--name` named as such, and `--client be
 installed saying why its levels fail."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
