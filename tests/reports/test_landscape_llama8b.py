@@ -93,9 +93,10 @@ def test_what_the_leases_measured_so_far():
     # landscape's first config, then c02's first relaunch; lease 4 (same day): c07-c11, the design's balanced
     # first half complete; lease 5 (2026-12-07, a third H100, after `tunectl confirm`): c12; lease 6 (same day, a
     # fourth H100): c13-c16; lease 7 (same day, a fifth H100, 10 minutes of device time left after the machines
-    # did not come): c17. docs/real-gpu/landscapes/llama8b-h100/leases.md. Extend this set as leases add configs.
+    # did not come): c17; lease 8 (2026-12-07, a sixth H100, 10 minutes of device time left): c05's relaunch.
+    # docs/real-gpu/landscapes/llama8b-h100/leases.md. Extend this set as leases add configs.
     runs = measured()
-    assert set(runs) == {f"llama8b-h100-c{i:02d}" for i in range(18)} | {"llama8b-h100-c02-r2"}
+    assert set(runs) == {f"llama8b-h100-c{i:02d}" for i in range(18)} | {"llama8b-h100-c02-r2", "llama8b-h100-c05-r2"}
     assert all(r.status == "ok" and r.teardown["verdict"] == "clean" for r in runs.values())
     c00 = runs["llama8b-h100-c00"]
     lv = {(x.workload, x.concurrency): x.metrics["output_throughput"] for x in c00.levels}   # whole runs
