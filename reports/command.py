@@ -3,7 +3,6 @@ environment): the environment a config needs without tunectl's per-run bookkeepi
 SGLang command it stands for."""
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any
 
@@ -20,14 +19,11 @@ def user_env(launch: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in (launch.get("env") or {}).items() if k not in _RUN_ENV and str(v) != ""}
 
 
-_REF = re.compile(r"\$\{(\w+)\}")
-
-
 def _template(text: str) -> str:
     """A profile's `${NAME}` text as one shell word that expands the references and nothing else: the literal parts
     single-quoted, each reference double-quoted (`${HOME}/hf` -> `"${HOME}"/hf`)."""
     parts, at = [], 0
-    for m in _REF.finditer(text):
+    for m in redact.ENV_REF.finditer(text):
         parts += [shlex.quote(text[at:m.start()])] if m.start() > at else []
         parts.append(f'"${{{m.group(1)}}}"')
         at = m.end()
@@ -68,7 +64,7 @@ def reproduce(launch: dict[str, Any]) -> dict[str, Any]:
     reference to the caller's environment."""
     argv = list(launch.get("argv") or [])
     env = user_env(launch)
-    refs = launch.get("secret_env") if isinstance(launch.get("secret_env"), dict) else {}
+    refs = launch.get("env_refs") if isinstance(launch.get("env_refs"), dict) else {}
     patches = list(launch.get("patches") or [])
     lines = []
     if patches:

@@ -52,15 +52,15 @@ def test_local_stand_in_profile(tmp_path):
 
 
 def test_a_server_reachable_from_other_machines_is_said_so(tmp_path):
-    """A bind address other than loopback passes (serving teams use 0.0.0.0) but is named, with whether the server
-    asks for an API key: the search's servers need no other address, their clients run beside them."""
+    """A bind address other than loopback passes (serving teams use 0.0.0.0) but is named: the search's servers
+    need no other address, their clients run beside them."""
     assert "listens on" not in row(run_cli("check", "-p", write_profile(tmp_path)).output, "port")
     path = Path(write_profile(tmp_path))
     data = yaml.safe_load(path.read_text())
     data["server"]["host"] = "0.0.0.0"
     path.write_text(yaml.safe_dump(data))
     assert row(run_cli("check", "-p", str(path)).output, "port").endswith(
-        "free; the server listens on 0.0.0.0: other machines can reach it without an API key")
+        "free; the server listens on 0.0.0.0: other machines can reach it")
 
 
 def test_backends_the_gpu_has_no_kernels_for_are_named_and_a_baseline_on_one_fails(tmp_path):

@@ -92,14 +92,24 @@ def base_value(name: str, spec: ParamSpec, prof: Profile) -> Any:
     t = target(name, spec)
     if t.kind == "patch":
         return t.name in prof.server.patches
+    src = base_source(name, spec, prof)
+    if src is not None:
+        return coerce(spec, src[1])
+    return False if spec.type == "bool" and t.kind == "flag" else None
+
+
+def base_source(name: str, spec: ParamSpec, prof: Profile) -> tuple[str, Any] | None:
+    """Where a flag or env knob's base value is written in the profile, and as what: (`server.flags.NAME` or
+    `server.env.NAME`, the raw value); None where the profile sets neither (a patch knob: None)."""
+    t = target(name, spec)
     if t.kind == "env":
-        raw = prof.server.env.get(t.name)
-        return None if raw is None else coerce(spec, raw)
-    flags = {k.lstrip("-"): v for k, v in prof.server.flags.items()}
-    for key in (t.name, t.name.replace("-", "_"), t.name.replace("_", "-")):
-        if key in flags:
-            return coerce(spec, flags[key])
-    return False if spec.type == "bool" else None
+        return (f"server.env.{t.name}", prof.server.env[t.name]) if t.name in prof.server.env else None
+    if t.kind != "flag":
+        return None
+    for key, raw in prof.server.flags.items():
+        if key.lstrip("-") in (t.name, t.name.replace("-", "_"), t.name.replace("_", "-")):
+            return f"server.flags.{key}", raw
+    return None
 
 
 def coerce(spec: ParamSpec, raw: Any) -> Any:

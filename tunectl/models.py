@@ -178,7 +178,7 @@ class LaunchPlan:
     params: dict[str, Any] = field(default_factory=dict)  # the search-space values that produced this plan
     # env read from the caller's (`${NAME}` in server.env): name -> the profile's own text, stored and shown in
     # place of the value it expanded to, whatever the name (the value may be a secret; the text is the profile's)
-    secret_env: dict[str, str] = field(default_factory=dict)
+    env_refs: dict[str, str] = field(default_factory=dict)
 
     @property
     def reach_host(self) -> str:

@@ -421,17 +421,12 @@ class Profile(Strict):
         from tunectl import knobs
 
         for name, spec in self.search.space.items():
-            t = knobs.target(name, spec)
-            if spec.default is not None or t.kind == "patch":
+            src = None if spec.default is not None else knobs.base_source(name, spec, self)
+            if src is None:
                 continue
-            where = f"server.env.{t.name}" if t.kind == "env" else next(
-                (f"server.flags.{k}" for k in self.server.flags
-                 if k.lstrip("-") in (t.name, t.name.replace("-", "_"), t.name.replace("_", "-"))), None)
-            if where is None or (t.kind == "env" and t.name not in self.server.env):
-                continue
-            raw = self.server.env[t.name] if t.kind == "env" else self.server.flags[where.split(".", 2)[2]]
+            where, raw = src
             try:
-                value = knobs.base_value(name, spec, self)
+                value = knobs.coerce(spec, raw)
             except (TypeError, ValueError):          # a number knob's flag that is not a number
                 value = raw
             why = spec.refuses(value)

@@ -1,8 +1,8 @@
 """Secrets out of everything tunectl writes or shows: one home for what counts as a secret and how it is hidden.
 
-- `env(mapping, also)`: values of variables whose name says secret (`*API_KEY*`, `*TOKEN*`, `*SECRET*`,
-  `*PASSWORD*`), and of those named in `also` (a launch's `secret_env`: read from the caller's environment, shown
-  as the profile wrote them).
+- `env(mapping, refs)`, `launch(d)`: values of variables whose name says secret (`*API_KEY*`, `*TOKEN*`, `*SECRET*`,
+  `*PASSWORD*`) hidden; those read from the caller's environment (a launch's `env_refs`) shown as the profile
+  wrote them.
 - `text(text)`: the API keys SGLang prints in clear (`server_args=...api_key='...'`, `--api-key X` in a command).
 - `url(url)`: the password of a storage URL (`postgresql://user:secret@host/db` -> `user:***@host/db`), also as a
   query parameter (`?password=secret` -> `?password=***`).
@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ SECRET_FLAGS = ("api-key", "api_key", "admin-api-key")
 _SECRET_KEYS = re.compile(r"(api[_-]?key|token|secret|password|passwd)", re.I)
 _LOG_SECRET = re.compile(r"((?:api_key|admin_api_key)\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s,)]+)")
 _ARGV_SECRET = re.compile(r"(--(?:admin-)?api-key[= ])(\S+)")
+ENV_REF = re.compile(r"\$\{(\w+)\}")     # `${NAME}` in a profile's server.env: read from the caller's environment
 _URL_QUERY_SECRET = re.compile(r"([?&][^=&]*(?:password|passwd|secret|token)[^=&]*=)[^&]*", re.I)
 
 
@@ -36,11 +37,18 @@ def secret_name(name: str) -> bool:
     return bool(_SECRET_KEYS.search(name))
 
 
-def env(mapping: dict[str, str], also: Iterable[str] | dict[str, str] = ()) -> dict[str, str]:
-    """`also`: names to hide whatever they are called; a dict gives each the text to show in its place (the
-    profile's own `${NAME}` reference, never what it expanded to)."""
-    shown = dict(also) if isinstance(also, dict) else dict.fromkeys(also, MARK)
-    return {k: shown[k] if k in shown else MARK if _SECRET_KEYS.search(k) else v for k, v in mapping.items()}
+def env(mapping: dict[str, str], refs: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`refs` (a launch's `env_refs`): values read from the caller's environment, shown as the profile wrote them
+    (`${NAME}`), never as what they expanded to, whatever their name."""
+    refs = refs or {}
+    return {k: refs[k] if k in refs else MARK if _SECRET_KEYS.search(k) else v for k, v in mapping.items()}
+
+
+def launch(d: dict[str, Any]) -> dict[str, Any]:
+    """A stored launch (launch.json, or a trial record's `launch`) with its environment redacted, in place."""
+    refs = d.get("env_refs")
+    d["env"] = env(d.get("env") or {}, refs if isinstance(refs, dict) else None)
+    return d
 
 
 def text(s: str) -> str:

@@ -126,13 +126,11 @@ class StudyStore:
     def write_trial(self, t: TrialResult) -> None:
         d = t.to_dict()
         if d.get("launch"):
-            d["launch"]["env"] = redact.env(d["launch"]["env"], d["launch"].get("secret_env", ()))
+            redact.launch(d["launch"])
         write_json(self.trial_dir(t.trial) / "trial.json", d)
 
     def write_launch(self, n: int, plan: LaunchPlan, config_yaml: str) -> None:
-        d = plan.to_dict()
-        d["env"] = redact.env(plan.env, plan.secret_env)
-        write_json(self.trial_dir(n) / "launch.json", d)
+        write_json(self.trial_dir(n) / "launch.json", redact.launch(plan.to_dict()))
         atomic_write(self.trial_dir(n) / "config.yaml", config_yaml)
 
     def write_level(self, n: int, lv: LevelResult) -> None:
@@ -209,13 +207,18 @@ class StudyStore:
 RUN_ID = re.compile(r"(?P<study>.+)-t(?P<n>\d+)-[0-9a-f]{8}")
 
 
+def _lock_file(store: StudyStore, name: str) -> int:
+    """results/<study>/locks/<name>, opened for a flock (which vanishes with the process, kill -9 included)."""
+    path = store.dir / "locks" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+
 @contextlib.contextmanager
 def running(store: StudyStore) -> Iterator[None]:
-    """Held (a shared flock on results/<study>/locks/running.lock) while a tunectl works on the study, whatever
-    its storage; it vanishes with the process, kill -9 included. `owner_alive` asks it."""
-    path = store.dir / "locks" / "running.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    """Held (shared, on locks/running.lock) while a tunectl works on the study, whatever its storage. `owner_alive`
+    asks it."""
+    fd = _lock_file(store, "running.lock")
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         yield
@@ -225,13 +228,11 @@ def running(store: StudyStore) -> Iterator[None]:
 
 @contextlib.contextmanager
 def searching(store: StudyStore, alone: bool) -> Iterator[None]:
-    """Held (a flock on results/<study>/locks/searching.lock) by each search on the study: shared by the workers
-    that write its storage as they go (one per host or GPU slot), exclusive by one that holds the study in memory
-    and replaces study.db at its end (--virtual), under which another worker's trials would be lost and its
-    trial folders written over. Taken at once or refused with one line, never waited for."""
-    path = store.dir / "locks" / "searching.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    """Held (on locks/searching.lock) by each search on the study: shared by the workers that write its storage as
+    they go (one per host or GPU slot), exclusive by one that holds the study in memory and replaces study.db at its
+    end (--virtual), under which another worker's trials would be lost and its trial folders written over. Taken at
+    once or refused with one line, never waited for."""
+    fd = _lock_file(store, "searching.lock")
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if alone else fcntl.LOCK_SH) | fcntl.LOCK_NB)
@@ -240,7 +241,7 @@ def searching(store: StudyStore, alone: bool) -> Iterator[None]:
                 f"study {store.name!r} has another search running on {store.dir} now"
                 + (": this --virtual search holds the study in memory and replaces study.db at its end, so it "
                    "runs alone" if alone else ", a --virtual one that replaces study.db at its end")
-                + f"; wait for it to end, or give this one another --study") from None
+                + "; wait for it to end, or give this one another --study") from None
         yield
     finally:
         os.close(fd)

@@ -136,14 +136,12 @@ def _gpus(c: _Ctx) -> list[Check]:
 def _ports(c: _Ctx) -> Check:
     problems = hostcheck.port_problems(c.runner, [c.prof.server.port])
     bind = str(c.prof.server.flags.get("host", c.prof.server.host))
-    note = "" if ipaddress_loopback(bind) else (
-        f"; the server listens on {bind}: other machines can reach it"
-        + ("" if c.prof.server.flags.get("api-key") else " without an API key"))
+    note = "" if _loopback(bind) else f"; the server listens on {bind}: other machines can reach it"
     return Check("port", not problems, "; ".join(problems) or f"port {c.prof.server.port} free" + note,
                  "stop that server or set server.port" if problems else "")
 
 
-def ipaddress_loopback(host: str) -> bool:
+def _loopback(host: str) -> bool:
     """127.0.0.0/8, ::1 or localhost (the servers tunectl starts need no other address: clients run beside them)."""
     import ipaddress
 

@@ -22,7 +22,6 @@ from tunectl.models import LaunchPlan
 from tunectl.profile import Profile
 from tunectl.runners.hosts.base import LOOPBACK
 
-_ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
 @functools.lru_cache(maxsize=8)
@@ -61,7 +60,7 @@ def flag_args(config: dict[str, Any], store_true: set[str]) -> list[str]:
 
 def expand_env(value: str) -> str:
     """`${NAME}` in a profile's server.env reads the caller's environment (secrets stay out of profiles)."""
-    return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
+    return redact.ENV_REF.sub(lambda m: os.environ.get(m.group(1), ""), value)
 
 
 def env_refs(env: dict[str, Any]) -> dict[str, str]:
@@ -70,8 +69,8 @@ def env_refs(env: dict[str, Any]) -> dict[str, str]:
     beside its references (a secret written into the profile) as a reference to its own name only."""
     out = {}
     for k, v in env.items():
-        if _ENV_REF.search(str(v)):
-            out[k] = str(v) if not redact.secret_name(k) or not _ENV_REF.sub("", str(v)) else f"${{{k}}}"
+        if redact.ENV_REF.search(str(v)):
+            out[k] = str(v) if not redact.secret_name(k) or not redact.ENV_REF.sub("", str(v)) else f"${{{k}}}"
     return out
 
 
@@ -102,7 +101,7 @@ def build_plan(prof: Profile, params: dict[str, Any], run_id: str, trial_dir: st
                       exec_argv=exec_argv, patches=patches, port=int(config.get("port", prof.server.port)),
                       host=str(config.get("host", prof.server.host)), run_id=run_id, trial_dir=trial_dir,
                       params=dict(params),
-                      secret_env=env_refs(prof.server.env))
+                      env_refs=env_refs(prof.server.env))
 
 
 def config_yaml(plan: LaunchPlan) -> str:

@@ -60,7 +60,6 @@ def level_table(result: TrialResult) -> Table:
         if lv.metrics.get("late_requests"):
             notes.append(f"{lv.workload} {lv.load}: {int(lv.metrics['late_requests'])} requests sent late "
                          f"(max {lv.metrics['max_lateness_ms']:,.0f} ms, p99 {lv.metrics['p99_lateness_ms']:,.0f} ms)")
-    for lv in result.levels:
         if lv.status == "failed" and lv.errors:     # why it failed, in the client's words (a crash has its own lines)
             more = f" (+{len(lv.errors) - 1} more)" if len(lv.errors) > 1 else ""
             notes.append(f"{lv.workload} {lv.load}: failed: {lv.errors[0][:400]}{more}")

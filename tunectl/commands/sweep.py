@@ -226,7 +226,7 @@ def _json_doc(store: StudyStore, results: list[TrialResult]) -> str:
     for result in results:
         d = result.to_dict()
         if d.get("launch"):
-            d["launch"]["env"] = redact.env(d["launch"]["env"], d["launch"].get("secret_env", ()))
+            redact.launch(d["launch"])
         docs.append({"study": store.name, "results_dir": str(store.trial_dir(result.trial)), **d})
     doc = docs[0] if len(docs) == 1 else {"study": store.name, "launches": docs,
                                           "summary": [row.to_dict() for row in summarize(results)]}
@@ -238,7 +238,7 @@ def _dry_run(prof: Profile, params: dict[str, Any], as_json: bool) -> None:
 
     run_id = plan_mod.make_run_id("dry-run", 0)
     plan = plan_mod.build_plan(prof, params, run_id, f"{prof.host.workdir}/{run_id}")
-    plan.env = redact.env(plan.env, plan.secret_env)
+    plan.env = redact.env(plan.env, plan.env_refs)
     if as_json:
         print(json.dumps(plan.to_dict(), indent=2, default=str))
         return
